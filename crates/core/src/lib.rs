@@ -1,0 +1,22 @@
+//! ferroloop's engine, without Python.
+//!
+//! Everything here is plain Rust that an event loop thread drives: the [`poller`] (epoll), the
+//! [`waker`] (an eventfd), the [`inject`] queue through which other threads hand work to the loop
+//! with a coalesced wake-up, and the [`timers`] heap with O(log n) cancellation. The Python
+//! extension (`crates/py`) owns one of each per loop and adds the Python objects on top.
+//!
+//! Ownership rule for the whole crate: a `Poller` and a `Timers` are owned by exactly one loop
+//! thread; only `Injector` (and the `Waker` inside it) is shared with other threads, and it is
+//! `Sync` by construction (a mutex plus atomics).
+
+pub mod clock;
+pub mod inject;
+pub mod poller;
+pub mod sys;
+pub mod timers;
+pub mod waker;
+
+pub use inject::{Injector, PushOutcome};
+pub use poller::{Events, Interest, Poller, Readiness};
+pub use timers::{TimerId, Timers};
+pub use waker::Waker;

@@ -1,0 +1,290 @@
+//! Level-triggered epoll, as asyncio's `selectors.EpollSelector` uses it.
+//!
+//! Invariants:
+//! - One `Poller` belongs to one loop thread; `wait` is the only call that blocks, and the caller
+//!   releases the GIL around it.
+//! - Readiness is mapped exactly as `selectors` maps it: `EPOLLIN` is readable, `EPOLLOUT` is
+//!   writable, and `EPOLLHUP`/`EPOLLERR` wake both directions, so a reader or writer waiting on a
+//!   closed peer always runs and sees the error itself.
+//! - Timeouts are never rounded down: `epoll_pwait2` takes nanoseconds; where the kernel lacks it
+//!   (before 5.11) the timeout is rounded *up* to the next millisecond, so a timer never fires
+//!   early and the loop never spins on a zero-millisecond wait.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::sys::cvt;
+
+/// Which directions a registration waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Interest {
+    pub readable: bool,
+    pub writable: bool,
+}
+
+impl Interest {
+    pub const READ: Self = Self {
+        readable: true,
+        writable: false,
+    };
+    pub const WRITE: Self = Self {
+        readable: false,
+        writable: true,
+    };
+
+    pub fn is_empty(self) -> bool {
+        !self.readable && !self.writable
+    }
+
+    fn epoll_bits(self) -> u32 {
+        let mut bits = 0;
+        if self.readable {
+            bits |= libc::EPOLLIN as u32;
+        }
+        if self.writable {
+            bits |= libc::EPOLLOUT as u32;
+        }
+        bits
+    }
+}
+
+/// What the kernel reported for one registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    pub readable: bool,
+    pub writable: bool,
+}
+
+impl Readiness {
+    fn from_epoll(bits: u32) -> Self {
+        // The `selectors` mapping: anything but EPOLLIN alone wakes writers, anything but
+        // EPOLLOUT alone wakes readers.
+        Self {
+            readable: bits & !(libc::EPOLLOUT as u32) != 0,
+            writable: bits & !(libc::EPOLLIN as u32) != 0,
+        }
+    }
+}
+
+/// A reusable buffer of events filled by [`Poller::wait`].
+pub struct Events {
+    buf: Vec<libc::epoll_event>,
+    len: usize,
+}
+
+impl Events {
+    pub fn with_capacity(cap: usize) -> Self {
+        Self {
+            buf: vec![libc::epoll_event { events: 0, u64: 0 }; cap.max(1)],
+            len: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The filled part as `(token, readiness)`.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, Readiness)> + '_ {
+        self.buf[..self.len].iter().map(|ev| {
+            let bits = ev.events;
+            let token = ev.u64;
+            (token, Readiness::from_epoll(bits))
+        })
+    }
+
+    /// Doubles the buffer when the last wait filled it, so a busy loop learns its size.
+    fn grow_if_full(&mut self) {
+        if self.len == self.buf.len() && self.buf.len() < 65536 {
+            let n = self.buf.len() * 2;
+            self.buf.resize(n, libc::epoll_event { events: 0, u64: 0 });
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Poller {
+    epfd: OwnedFd,
+    /// Cleared the first time `epoll_pwait2` answers ENOSYS.
+    has_pwait2: AtomicBool,
+}
+
+impl Poller {
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: epoll_create1 takes no pointers; on success it returns a new fd that we own.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        Ok(Self {
+            // SAFETY: `fd` was just returned by epoll_create1 and nothing else owns it.
+            epfd: unsafe { OwnedFd::from_raw_fd(fd) },
+            has_pwait2: AtomicBool::new(true),
+        })
+    }
+
+    fn ctl(&self, op: i32, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: interest.epoll_bits(),
+            u64: token,
+        };
+        // SAFETY: `ev` is a valid epoll_event for the duration of the call (the kernel copies it).
+        cvt(unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), op, fd, &raw mut ev) })?;
+        Ok(())
+    }
+
+    /// Registers `fd`. Fails with the kernel's error (EPERM for regular files, EBADF...).
+    pub fn add(&self, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, interest)
+    }
+
+    /// Changes a registration; re-adds it if the kernel forgot it (the fd was closed and its
+    /// number reused while still in our table).
+    pub fn modify(&self, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
+        match self.ctl(libc::EPOLL_CTL_MOD, fd, token, interest) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => self.add(fd, token, interest),
+            other => other,
+        }
+    }
+
+    /// Removes a registration. An fd the kernel already dropped (closed: EBADF, or never
+    /// registered: ENOENT) counts as removed.
+    pub fn delete(&self, fd: RawFd) -> io::Result<()> {
+        match self.ctl(libc::EPOLL_CTL_DEL, fd, 0, Interest::default()) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EBADF | libc::ENOENT)) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Waits for events. `None` waits forever. Returns the number of events; an interrupted wait
+    /// (a signal arrived) returns `ErrorKind::Interrupted` so the caller can run signal handlers.
+    pub fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<usize> {
+        events.len = 0;
+        let max = events.buf.len() as i32;
+        let ptr = events.buf.as_mut_ptr();
+        let n = match timeout {
+            Some(t) if !t.is_zero() && self.has_pwait2.load(Ordering::Relaxed) => {
+                let ts = libc::timespec {
+                    tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+                    tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+                };
+                // SAFETY: `ptr` points to `max` writable epoll_events owned by `events`, `ts` is
+                // a valid timespec, and a null sigmask means "do not change the mask".
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_epoll_pwait2,
+                        self.epfd.as_raw_fd(),
+                        ptr,
+                        max,
+                        &raw const ts,
+                        std::ptr::null::<libc::sigset_t>(),
+                        0usize,
+                    )
+                };
+                match cvt(r) {
+                    Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                        self.has_pwait2.store(false, Ordering::Relaxed);
+                        return self.wait(events, timeout);
+                    }
+                    other => other? as usize,
+                }
+            }
+            _ => {
+                let ms = match timeout {
+                    None => -1,
+                    Some(t) => {
+                        // Round up so we never wake before the deadline.
+                        let ms = t.as_nanos().div_ceil(1_000_000);
+                        ms.min(i32::MAX as u128) as i32
+                    }
+                };
+                // SAFETY: `ptr` points to `max` writable epoll_events owned by `events`.
+                let r = unsafe { libc::epoll_wait(self.epfd.as_raw_fd(), ptr, max, ms) };
+                cvt(r)? as usize
+            }
+        };
+        events.len = n;
+        events.grow_if_full();
+        Ok(n)
+    }
+}
+
+impl AsRawFd for Poller {
+    fn as_raw_fd(&self) -> RawFd {
+        self.epfd.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+    use std::time::Instant;
+
+    #[test]
+    fn reports_readable_and_writable() {
+        let p = Poller::new().unwrap();
+        let (a, b) = UnixStream::pair().unwrap();
+        p.add(a.as_raw_fd(), 7, Interest::READ).unwrap();
+        let mut ev = Events::with_capacity(4);
+        assert_eq!(p.wait(&mut ev, Some(Duration::ZERO)).unwrap(), 0);
+        std::io::Write::write_all(&mut &b, b"x").unwrap();
+        assert_eq!(p.wait(&mut ev, Some(Duration::from_secs(1))).unwrap(), 1);
+        let (tok, r) = ev.iter().next().unwrap();
+        assert_eq!(tok, 7);
+        assert!(r.readable && !r.writable);
+        p.modify(a.as_raw_fd(), 8, Interest::WRITE).unwrap();
+        p.wait(&mut ev, Some(Duration::ZERO)).unwrap();
+        let (tok, r) = ev.iter().next().unwrap();
+        assert_eq!(tok, 8);
+        assert!(r.writable && !r.readable);
+        p.delete(a.as_raw_fd()).unwrap();
+        assert_eq!(p.wait(&mut ev, Some(Duration::ZERO)).unwrap(), 0);
+    }
+
+    #[test]
+    fn hangup_wakes_both_directions() {
+        let p = Poller::new().unwrap();
+        let (a, b) = UnixStream::pair().unwrap();
+        p.add(a.as_raw_fd(), 1, Interest::READ).unwrap();
+        drop(b);
+        let mut ev = Events::with_capacity(1);
+        p.wait(&mut ev, Some(Duration::from_secs(1))).unwrap();
+        let (_, r) = ev.iter().next().unwrap();
+        assert!(r.readable);
+    }
+
+    #[test]
+    fn timeout_is_not_early() {
+        let p = Poller::new().unwrap();
+        let mut ev = Events::with_capacity(1);
+        for us in [300_u64, 1500, 5000] {
+            let t = Duration::from_micros(us);
+            let start = Instant::now();
+            p.wait(&mut ev, Some(t)).unwrap();
+            assert!(start.elapsed() >= t, "woke before {t:?}");
+        }
+    }
+
+    #[test]
+    fn delete_of_unknown_fd_is_ok() {
+        let p = Poller::new().unwrap();
+        p.delete(12345).unwrap();
+    }
+
+    #[test]
+    fn events_buffer_grows_when_full() {
+        let p = Poller::new().unwrap();
+        let pairs: Vec<_> = (0..3).map(|_| UnixStream::pair().unwrap()).collect();
+        for (i, (a, _)) in pairs.iter().enumerate() {
+            p.add(a.as_raw_fd(), i as u64, Interest::WRITE).unwrap();
+        }
+        let mut ev = Events::with_capacity(1);
+        assert_eq!(p.wait(&mut ev, Some(Duration::ZERO)).unwrap(), 1);
+        assert_eq!(p.wait(&mut ev, Some(Duration::ZERO)).unwrap(), 2);
+        assert_eq!(p.wait(&mut ev, Some(Duration::ZERO)).unwrap(), 3);
+    }
+}

@@ -1,0 +1,316 @@
+//! The timer heap: a binary min-heap on `(when, seq)` with an index from each timer to its heap
+//! slot, so cancelling a timer removes it in O(log n) without scanning and without leaving a
+//! tombstone for the loop to skip later.
+//!
+//! Invariants:
+//! - `heap[i]` is a slot index; `slots[heap[i]].pos == i` for every live slot.
+//! - A live slot has `value: Some(_)`; a free slot is on `free` and has `value: None`.
+//! - `TimerId` carries the slot's generation, so an id kept after its timer fired or was removed
+//!   can never remove a newer timer that reused the slot.
+//! - Equal deadlines fire in insertion order (`seq`), which asyncio's heapq does not promise but
+//!   every user expects.
+
+use std::cmp::Ordering;
+
+/// A handle on one scheduled timer, valid until it fires or is removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TimerId {
+    slot: u32,
+    generation: u32,
+}
+
+#[derive(Debug)]
+struct Slot<T> {
+    when: f64,
+    seq: u64,
+    pos: usize,
+    generation: u32,
+    value: Option<T>,
+}
+
+#[derive(Debug)]
+pub struct Timers<T> {
+    heap: Vec<u32>,
+    slots: Vec<Slot<T>>,
+    free: Vec<u32>,
+    next_seq: u64,
+}
+
+impl<T> Default for Timers<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Timers<T> {
+    pub fn new() -> Self {
+        Self {
+            heap: Vec::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            next_seq: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
+    /// Schedules `value` at `when` (seconds on the loop clock).
+    pub fn insert(&mut self, when: f64, value: T) -> TimerId {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let pos = self.heap.len();
+        let slot = if let Some(slot) = self.free.pop() {
+            let s = &mut self.slots[slot as usize];
+            s.when = when;
+            s.seq = seq;
+            s.pos = pos;
+            s.value = Some(value);
+            slot
+        } else {
+            let slot = u32::try_from(self.slots.len()).expect("more than 4 billion timers");
+            self.slots.push(Slot {
+                when,
+                seq,
+                pos,
+                generation: 0,
+                value: Some(value),
+            });
+            slot
+        };
+        self.heap.push(slot);
+        self.sift_up(pos);
+        TimerId {
+            slot,
+            generation: self.slots[slot as usize].generation,
+        }
+    }
+
+    /// The earliest deadline, if any.
+    pub fn peek_when(&self) -> Option<f64> {
+        self.heap.first().map(|&s| self.slots[s as usize].when)
+    }
+
+    /// Removes and returns the earliest timer if its deadline is before `deadline`.
+    pub fn pop_before(&mut self, deadline: f64) -> Option<T> {
+        let &top = self.heap.first()?;
+        if self.slots[top as usize].when < deadline {
+            Some(self.remove_at(0))
+        } else {
+            None
+        }
+    }
+
+    /// Removes a scheduled timer. `None` if it already fired or was removed.
+    pub fn remove(&mut self, id: TimerId) -> Option<T> {
+        let s = self.slots.get(id.slot as usize)?;
+        if s.generation != id.generation || s.value.is_none() {
+            return None;
+        }
+        let pos = s.pos;
+        Some(self.remove_at(pos))
+    }
+
+    /// Removes every timer, returning their values (so the caller can drop them where it is
+    /// safe to run destructors).
+    pub fn drain(&mut self) -> Vec<T> {
+        let mut out = Vec::with_capacity(self.heap.len());
+        for s in &mut self.slots {
+            if let Some(v) = s.value.take() {
+                out.push(v);
+            }
+        }
+        self.heap.clear();
+        self.slots.clear();
+        self.free.clear();
+        out
+    }
+
+    fn remove_at(&mut self, pos: usize) -> T {
+        let slot = self.heap.swap_remove(pos);
+        if pos < self.heap.len() {
+            let moved = self.heap[pos];
+            self.slots[moved as usize].pos = pos;
+            // The moved element may belong above or below its new place.
+            if pos > 0 && self.less(pos, (pos - 1) / 2) {
+                self.sift_up(pos);
+            } else {
+                self.sift_down(pos);
+            }
+        }
+        let s = &mut self.slots[slot as usize];
+        s.generation = s.generation.wrapping_add(1);
+        let v = s.value.take().expect("heap holds only live slots");
+        self.free.push(slot);
+        v
+    }
+
+    fn key_cmp(&self, a: usize, b: usize) -> Ordering {
+        let sa = &self.slots[self.heap[a] as usize];
+        let sb = &self.slots[self.heap[b] as usize];
+        sa.when.total_cmp(&sb.when).then(sa.seq.cmp(&sb.seq))
+    }
+
+    fn less(&self, a: usize, b: usize) -> bool {
+        self.key_cmp(a, b) == Ordering::Less
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        self.heap.swap(a, b);
+        let (sa, sb) = (self.heap[a], self.heap[b]);
+        self.slots[sa as usize].pos = a;
+        self.slots[sb as usize].pos = b;
+    }
+
+    fn sift_up(&mut self, mut pos: usize) {
+        while pos > 0 {
+            let parent = (pos - 1) / 2;
+            if !self.less(pos, parent) {
+                break;
+            }
+            self.swap(pos, parent);
+            pos = parent;
+        }
+    }
+
+    fn sift_down(&mut self, mut pos: usize) {
+        let n = self.heap.len();
+        loop {
+            let l = 2 * pos + 1;
+            if l >= n {
+                break;
+            }
+            let r = l + 1;
+            let child = if r < n && self.less(r, l) { r } else { l };
+            if !self.less(child, pos) {
+                break;
+            }
+            self.swap(pos, child);
+            pos = child;
+        }
+    }
+
+    #[cfg(test)]
+    fn check_invariants(&self) {
+        for (i, &s) in self.heap.iter().enumerate() {
+            assert_eq!(self.slots[s as usize].pos, i);
+            assert!(self.slots[s as usize].value.is_some());
+            if i > 0 {
+                assert!(!self.less(i, (i - 1) / 2), "heap order broken at {i}");
+            }
+        }
+        let live = self.slots.iter().filter(|s| s.value.is_some()).count();
+        assert_eq!(live, self.heap.len());
+        assert_eq!(live + self.free.len(), self.slots.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator so the tests need no crates.
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            self.0 >> 33
+        }
+    }
+
+    #[test]
+    fn pops_in_deadline_order_then_fifo() {
+        let mut t = Timers::new();
+        t.insert(3.0, "c");
+        t.insert(1.0, "a1");
+        t.insert(2.0, "b");
+        t.insert(1.0, "a2");
+        let mut out = Vec::new();
+        while let Some(v) = t.pop_before(f64::INFINITY) {
+            out.push(v);
+        }
+        assert_eq!(out, ["a1", "a2", "b", "c"]);
+    }
+
+    #[test]
+    fn pop_before_respects_deadline() {
+        let mut t = Timers::new();
+        t.insert(5.0, 5);
+        assert_eq!(t.pop_before(5.0), None);
+        assert_eq!(t.peek_when(), Some(5.0));
+        assert_eq!(t.pop_before(5.000_001), Some(5));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn remove_is_exact_and_ids_do_not_outlive_their_timer() {
+        let mut t = Timers::new();
+        let a = t.insert(1.0, 'a');
+        let b = t.insert(2.0, 'b');
+        assert_eq!(t.remove(a), Some('a'));
+        assert_eq!(t.remove(a), None);
+        // The freed slot is reused; the stale id must not reach the new timer.
+        let c = t.insert(0.5, 'c');
+        assert_eq!(t.remove(a), None);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.remove(b), Some('b'));
+        assert_eq!(t.pop_before(10.0), Some('c'));
+        assert_eq!(t.remove(c), None);
+    }
+
+    #[test]
+    fn random_inserts_and_removes_keep_the_heap_valid() {
+        let mut rng = Lcg(42);
+        let mut t = Timers::new();
+        let mut live: Vec<(TimerId, u64)> = Vec::new();
+        for step in 0..20_000_u64 {
+            match rng.next() % 3 {
+                0 | 1 => {
+                    let when = (rng.next() % 1000) as f64;
+                    live.push((t.insert(when, step), step));
+                }
+                _ if !live.is_empty() => {
+                    let i = (rng.next() as usize) % live.len();
+                    let (id, v) = live.swap_remove(i);
+                    assert_eq!(t.remove(id), Some(v));
+                }
+                _ => {}
+            }
+            if step % 1000 == 0 {
+                t.check_invariants();
+            }
+        }
+        t.check_invariants();
+        let mut last = f64::NEG_INFINITY;
+        let mut n = 0;
+        while let Some(when) = t.peek_when() {
+            assert!(when >= last);
+            last = when;
+            t.pop_before(f64::INFINITY).unwrap();
+            n += 1;
+        }
+        assert_eq!(n, live.len());
+    }
+
+    #[test]
+    fn drain_returns_everything() {
+        let mut t = Timers::new();
+        for i in 0..10 {
+            t.insert(f64::from(i), i);
+        }
+        let mut v = t.drain();
+        v.sort_unstable();
+        assert_eq!(v, (0..10).collect::<Vec<_>>());
+        assert!(t.is_empty());
+        t.insert(1.0, 1);
+        assert_eq!(t.len(), 1);
+    }
+}
