@@ -19,6 +19,21 @@ pub struct TimerId {
     generation: u32,
 }
 
+impl TimerId {
+    /// Packs the id into a `u64` that is never `u64::MAX`, so a caller can keep it in an atomic
+    /// with `u64::MAX` as "not scheduled".
+    pub fn to_bits(self) -> u64 {
+        (u64::from(self.generation & 0x7fff_ffff) << 32) | u64::from(self.slot)
+    }
+
+    pub fn from_bits(bits: u64) -> Self {
+        Self {
+            slot: bits as u32,
+            generation: (bits >> 32) as u32,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Slot<T> {
     when: f64,
@@ -144,7 +159,7 @@ impl<T> Timers<T> {
             }
         }
         let s = &mut self.slots[slot as usize];
-        s.generation = s.generation.wrapping_add(1);
+        s.generation = s.generation.wrapping_add(1) & 0x7fff_ffff;
         let v = s.value.take().expect("heap holds only live slots");
         self.free.push(slot);
         v
@@ -298,6 +313,15 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, live.len());
+    }
+
+    #[test]
+    fn ids_round_trip_through_bits() {
+        let mut t = Timers::new();
+        let id = t.insert(1.0, ());
+        let bits = id.to_bits();
+        assert_ne!(bits, u64::MAX);
+        assert_eq!(t.remove(TimerId::from_bits(bits)), Some(()));
     }
 
     #[test]

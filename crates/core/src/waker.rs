@@ -18,8 +18,8 @@ impl Waker {
     pub fn new() -> io::Result<Self> {
         // SAFETY: eventfd takes no pointers; on success it returns a new fd that we own.
         let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
-        // SAFETY: `fd` was just returned by eventfd and nothing else owns it.
         Ok(Self {
+            // SAFETY: `fd` was just returned by eventfd and nothing else owns it.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         })
     }

@@ -1,1 +1,24 @@
+//! `ferroloop._native`: the extension module. Its whole surface is the export list below,
+//! mirrored by `python/ferroloop/_native.pyi` (checked by `mypy.stubtest`).
 
+#[cfg(Py_GIL_DISABLED)]
+compile_error!(
+    "ferroloop's loop state relies on the GIL; free-threaded builds are not supported yet"
+);
+
+mod cell;
+pub mod event_loop;
+mod handle;
+mod hooks;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<event_loop::LoopCore>()?;
+    m.add_class::<handle::Handle>()?;
+    m.add_class::<handle::TimerHandle>()?;
+    m.add("DEBUG_BUILD", cfg!(debug_assertions))?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

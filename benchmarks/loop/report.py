@@ -1,0 +1,179 @@
+"""Turning per-process samples into tables: markdown, JSON and a PNG bar chart.
+
+One table per metric (per case): a column per loop with median, min and max over the repeats,
+and a row of ratios ferroloop / peer computed from medians. Failed runs and problems a child
+reported (wrong results, loop exception handler calls) are listed under the tables, never
+silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import loops
+
+
+def fmt(x: float | None) -> str:
+    """Three significant figures, with k/M suffixes for big numbers."""
+    if x is None or x != x:  # None or NaN
+        return "—"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale * 0.9995:  # so 999.7 prints as 1k, not 1e+03
+            return f"{x / scale:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def summarize(cases: list[dict], modules: dict) -> list[dict]:
+    """One entry per (case, metric): stats per loop and the ferroloop/peer ratios."""
+    tables = []
+    for case in cases:
+        for metric in modules[case["bench"]].METRICS:
+            stats = {}
+            for loop_name, samples in case["runs"].items():
+                values = [s["metrics"][metric.key] for s in samples if "error" not in s]
+                values = [v for v in values if v == v]  # drop NaN
+                stats[loop_name] = {
+                    "min": min(values, default=None),
+                    "median": statistics.median(values) if values else None,
+                    "max": max(values, default=None),
+                    "runs": len(samples),
+                    "failed": len(samples) - len(values),
+                }
+            ratios = {}
+            ferro = stats.get("ferroloop", {}).get("median")
+            for peer in loops.PEERS:
+                peer_median = stats.get(peer, {}).get("median")
+                if ferro is not None and peer_median:
+                    ratios[peer] = ferro / peer_median
+            title = f"{metric.title} ({case['case']})" if case["case"] else metric.title
+            tables.append(
+                {
+                    "bench": case["bench"],
+                    "case": case["case"],
+                    "metric": metric.key,
+                    "title": title,
+                    "unit": metric.unit,
+                    "higher_is_better": metric.higher_is_better,
+                    "stats": stats,
+                    "ferroloop_over_peer": ratios,
+                }
+            )
+    return tables
+
+
+def _ratio_note(higher_is_better: bool) -> str:
+    if higher_is_better:
+        return "Higher is better; a ratio above 1 means ferroloop is faster."
+    return "**Lower is better**; a ratio below 1 means ferroloop is better."
+
+
+def _table(t: dict) -> list[str]:
+    names = list(t["stats"])
+    lines = [
+        f"### {t['title']}: {t['unit']}",
+        "",
+        _ratio_note(t["higher_is_better"]),
+        "",
+        "| | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
+    for row in ("median", "min", "max"):
+        cells = []
+        for name in names:
+            s = t["stats"][name]
+            cell = fmt(s[row])
+            if row == "median" and s["failed"]:
+                cell += f" ({s['failed']} of {s['runs']} failed)"
+            cells.append(cell)
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    if "ferroloop" in names:
+        cells = [
+            f"{t['ferroloop_over_peer'][n]:.2f}" if n in t["ferroloop_over_peer"] else "—"
+            for n in names
+        ]
+        lines.append("| ferroloop ÷ this loop (medians) | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _notes(cases: list[dict]) -> list[str]:
+    lines = []
+    for case in cases:
+        name = f"{case['bench']} {case['case']}".strip()
+        for loop_name, samples in case["runs"].items():
+            for i, sample in enumerate(samples, 1):
+                if "error" in sample:
+                    lines += [f"- **{loop_name}**, {name}, run {i}: failed", "", "  ```"]
+                    lines += [f"  {line}" for line in sample["error"].splitlines()] + ["  ```"]
+                for problem in sample.get("problems", []):
+                    lines.append(f"- **{loop_name}**, {name}, run {i}: {problem}")
+    return ["## Failures and problems", "", *(lines or ["None."]), ""]
+
+
+def markdown(meta: dict, cases: list[dict], tables: list[dict]) -> str:
+    versions = ", ".join(
+        f"{name} {info['version']} (`{info['class']}`)" for name, info in meta["loops"].items()
+    )
+    pinning = "pinned: loop on core 0, echo client on core 1" if meta["pinned"] else "NOT pinned"
+    lines = [
+        "# Event loop benchmarks" + (" (--quick smoke test: not for comparison)" * meta["quick"]),
+        "",
+        f"- date: {meta['date']}, {meta['duration_s']} s; command: `{meta['command']}`",
+        f"- machine: {meta['cpu']}; {meta['platform']}; Python {meta['python']}",
+        f"- loops: {versions}",
+        f"- {meta['repeat']} fresh process(es) per loop and benchmark; {pinning}",
+    ]
+    lines += [f"- skipped {name}: {why}" for name, why in meta["skipped"].items()]
+    lines += ["", "Medians, minima and maxima are over the repeats. See benchmarks/README.md.", ""]
+    for t in tables:
+        lines += _table(t)
+    return "\n".join(lines + _notes(cases))
+
+
+def plot(tables: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = 4
+    rows = -(-len(tables) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, t in zip(axes.flat, tables, strict=False):
+        names = [n for n in t["stats"] if t["stats"][n]["median"] is not None]
+        med = [t["stats"][n]["median"] for n in names]
+        low = [m - t["stats"][n]["min"] for n, m in zip(names, med, strict=True)]
+        high = [t["stats"][n]["max"] - m for n, m in zip(names, med, strict=True)]
+        colors = ["tab:orange" if n == "ferroloop" else "tab:blue" for n in names]
+        ax.bar(names, med, yerr=[low, high], capsize=4, color=colors)
+        better = "higher" if t["higher_is_better"] else "lower"
+        ax.set_title(f"{t['title']}\n{t['unit']}, {better} is better", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes.flat[len(tables) :]:
+        ax.axis("off")
+    fig.suptitle("median over repeats; error bars span min to max", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_all(out: Path, meta: dict, cases: list[dict], modules: dict) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    tables = summarize(cases, modules)
+    text = markdown(meta, cases, tables)
+    (out / "loop.md").write_text(text)
+    payload = {"meta": meta, "tables": tables, "cases": cases}
+    (out / "loop.json").write_text(json.dumps(payload, indent=1) + "\n")
+    plot(tables, out / "loop.png")
+    return text

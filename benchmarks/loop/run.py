@@ -1,0 +1,150 @@
+"""Event loop benchmarks: ferroloop against asyncio, uvloop and rloop on this machine, in one run.
+
+    python benchmarks/loop/run.py [--quick] [--repeat R] [--only NAME] [--loops a,b,...]
+
+Every measurement runs in a fresh process pinned to core 0 (the echo client to core 1), one
+loop per process; repeats are interleaved across loops so slow drift on a noisy machine spreads
+over every column. Results: benchmarks/results/loop.{md,json,png}. See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import loops
+import report
+from launch import ChildFailed, cpu_pins, run_child
+
+BENCHMARKS = ("call_soon", "timers", "futures", "gather", "threadsafe", "sock_echo")
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+CHILD_TIMEOUT_S = 120.0  # one measurement; the slowest takes a few seconds on a release build
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, help="fresh processes per loop (default 5; 2 quick)")
+    parser.add_argument("--quick", action="store_true", help="smaller N, 2 repeats: smoke test")
+    parser.add_argument(
+        "--only", action="append", choices=BENCHMARKS, help="run only this benchmark (repeatable)"
+    )
+    parser.add_argument(
+        "--loops",
+        default=",".join(loops.NAMES),
+        help=f"comma-separated subset of {','.join(loops.NAMES)} (default: all)",
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"output dir (default {RESULTS})")
+    args = parser.parse_args(argv)
+    args.only = [bench for bench in BENCHMARKS if bench in (args.only or BENCHMARKS)]
+    args.loops = [name.strip() for name in args.loops.split(",") if name.strip()]
+    unknown = sorted(set(args.loops) - set(loops.NAMES))
+    if unknown:
+        parser.error(f"unknown loop(s) {', '.join(unknown)}; choose from {', '.join(loops.NAMES)}")
+    if args.repeat is None:
+        args.repeat = 2 if args.quick else 5
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    return args
+
+
+def probe_loops(names: list[str], pin: list[str]) -> tuple[dict, dict]:
+    """Which loops can run here: {name: build info} and {name: why it is skipped}."""
+    available, skipped = {}, {}
+    for name in names:
+        try:
+            available[name] = run_child(pin, ["probe", name], 60.0, f"probing {name}")
+        except ChildFailed as exc:
+            skipped[name] = str(exc).strip().splitlines()[-1]
+    if "ferroloop" in skipped:
+        sys.exit(
+            f"ferroloop cannot be loaded: {skipped['ferroloop']}\n"
+            "Build it with `make build`, or leave it out with --loops asyncio,uvloop,rloop."
+        )
+    debug = available.get("ferroloop", {}).get("debug_build", False)
+    if debug is None:
+        sys.exit("ferroloop._native has no DEBUG_BUILD constant; cannot rule out a debug build.")
+    if debug:
+        sys.exit(
+            "ferroloop is a debug build (ferroloop._native.DEBUG_BUILD is True); its numbers would "
+            "mislead. Build a release build with `make build` and run again."
+        )
+    return available, skipped
+
+
+def measure(module, loop_name: str, params: dict, pins: tuple[list, list]) -> dict:
+    if hasattr(module, "measure"):  # benchmarks with more than one process (sock_echo)
+        return module.measure(loop_name, params, pins)
+    args = [module.__name__, "run", loop_name, json.dumps(params)]
+    return run_child(pins[0], args, CHILD_TIMEOUT_S, f"{module.__name__} on {loop_name}")
+
+
+def progress(case: str, rep: int, repeat: int, loop_name: str, sample: dict, metric) -> None:
+    if "error" in sample:
+        shown = "ERROR: " + sample["error"].splitlines()[0]
+    else:
+        shown = f"{report.fmt(sample['metrics'][metric.key])} {metric.unit}"
+        if sample.get("problems"):
+            shown += f"  [{len(sample['problems'])} problem(s)]"
+    print(f"  {case:<14} {rep + 1}/{repeat}  {loop_name:<10} {shown}", file=sys.stderr, flush=True)
+
+
+def run_cases(args: argparse.Namespace, names: list[str], pins: tuple[list, list]) -> list[dict]:
+    cases = []
+    for bench in args.only:
+        module = importlib.import_module(bench)
+        for label, (full, quick) in module.CASES.items():
+            params = quick if args.quick else full
+            case = {"bench": bench, "case": label, "params": params, "runs": {n: [] for n in names}}
+            case_name = f"{bench} {label}".strip()
+            for rep in range(args.repeat):
+                shift = rep % len(names)
+                for loop_name in names[shift:] + names[:shift]:
+                    try:
+                        sample = measure(module, loop_name, params, pins)
+                    except ChildFailed as exc:
+                        sample = {"error": str(exc)}
+                    case["runs"][loop_name].append(sample)
+                    progress(case_name, rep, args.repeat, loop_name, sample, module.METRICS[0])
+            cases.append(case)
+    return cases
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    pin0, pin1, pin_warning = cpu_pins()
+    if pin_warning:
+        print(f"warning: {pin_warning}", file=sys.stderr)
+    available, skipped = probe_loops(args.loops, pin0)
+    for name, reason in skipped.items():
+        print(f"{name}: not available ({reason}); skipping its column", file=sys.stderr)
+    names = [name for name in args.loops if name in available]
+    if not names:
+        sys.exit("no loop could be loaded")
+    started = time.time()
+    cases = run_cases(args, names, (pin0, pin1))
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
+        "duration_s": round(time.time() - started, 1),
+        "command": " ".join(["python", "benchmarks/loop/run.py", *argv]),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": report.cpu_model(),
+        "pinned": pin_warning is None,
+        "repeat": args.repeat,
+        "quick": args.quick,
+        "loops": available,
+        "skipped": skipped,
+    }
+    modules = {bench: importlib.import_module(bench) for bench in args.only}
+    text = report.write_all(args.out, meta, cases, modules)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

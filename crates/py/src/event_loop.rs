@@ -1,0 +1,847 @@
+//! `LoopCore`: the native base class of `ferroloop.Loop`. It owns the ready queue, the timer heap,
+//! the fd table, the poller and the cross-thread injector, and runs the loop iteration.
+//!
+//! Threads and ownership:
+//! - One loop thread runs `_run_forever_native`. Everything in `state` is touched only with the
+//!   GIL held (see `cell.rs`); the GIL is released only around `epoll_wait`, and no lock on
+//!   `state` is held across that wait or across a call into Python.
+//! - `shared` (poller + injector) is `Sync` and reachable from any thread without the GIL:
+//!   `call_soon_threadsafe` and Rust producers (`LoopRemote`) push into the injector, which
+//!   wakes the loop only if it sleeps (see `ferroloop_core::inject`).
+//!
+//! One iteration (`run_once`), as asyncio's `_run_once`:
+//! 1. timeout = 0 if ready work or stop pending, else until the earliest timer, else forever;
+//! 2. wait for I/O (GIL released only when the timeout is not zero);
+//! 3. queue the reader/writer handles of ready fds, then everything injected from other threads;
+//! 4. move due timers (deadline < now + clock resolution) to the ready queue;
+//! 5. run exactly the handles that were ready when step 5 began; later ones wait a turn.
+//!
+//! The fd table holds only handles; the fds themselves belong to their owners. A registration
+//! is removed from epoll before the loop lets go of it, and `close()` deregisters every fd before
+//! the poller itself is closed.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferroloop_core::{clock, Events, Injector, Interest, Poller, PushOutcome, TimerId, Timers};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::gc::PyVisit;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyInt, PyTuple};
+use pyo3::PyTraverseError;
+
+use crate::cell::LoopCell;
+use crate::handle::{Handle, TimerHandle, NOT_SCHEDULED};
+
+/// Token of the injector's eventfd in the poller; user fds use their own number.
+const WAKER_TOKEN: u64 = u64::MAX;
+
+/// asyncio's `_clock_resolution` for `time.monotonic()`.
+const CLOCK_RESOLUTION: f64 = 1e-9;
+
+/// Work handed to the loop from another thread.
+pub enum Injected {
+    /// A handle from `call_soon_threadsafe`: queued like `call_soon`.
+    Handle(Py<Handle>),
+    /// Rust code to run on the loop thread with the GIL (the server's path, and `LoopRemote`).
+    Task(Box<dyn FnOnce(Python<'_>) -> PyResult<()> + Send>),
+}
+
+pub struct Shared {
+    poller: Poller,
+    injector: Injector<Injected>,
+}
+
+/// A cheap, `Send + Sync` way for Rust threads to hand work to a loop without the GIL.
+#[derive(Clone)]
+pub struct LoopRemote {
+    shared: Arc<Shared>,
+}
+
+impl LoopRemote {
+    /// Queues `task` to run on the loop thread; wakes the loop only if it sleeps.
+    pub fn spawn(
+        &self,
+        task: impl FnOnce(Python<'_>) -> PyResult<()> + Send + 'static,
+    ) -> io::Result<PushOutcome> {
+        self.shared.injector.push(Injected::Task(Box::new(task)))
+    }
+}
+
+#[derive(Default)]
+struct FdEntry {
+    reader: Option<Py<Handle>>,
+    writer: Option<Py<Handle>>,
+}
+
+impl FdEntry {
+    fn interest(&self) -> Interest {
+        Interest {
+            readable: self.reader.is_some(),
+            writable: self.writer.is_some(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    ready: VecDeque<Py<Handle>>,
+    timers: Timers<Py<TimerHandle>>,
+    fds: HashMap<RawFd, FdEntry>,
+    thread_id: Option<u64>,
+}
+
+/// Flags read on every call: atomics, so the hot path takes the state lock once.
+#[derive(Default)]
+struct Flags {
+    closed: AtomicBool,
+    stopping: AtomicBool,
+    debug: AtomicBool,
+}
+
+impl Flags {
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+    fn debug(&self) -> bool {
+        self.debug.load(Ordering::Relaxed)
+    }
+}
+
+#[pyclass(
+    module = "ferroloop._native",
+    name = "LoopCore",
+    subclass,
+    frozen,
+    weakref,
+    dict
+)]
+pub struct LoopCore {
+    state: LoopCell<State>,
+    flags: Flags,
+    shared: Arc<Shared>,
+    /// Loop-thread scratch space; never touched by other threads.
+    events: Mutex<Events>,
+    injected: Mutex<Vec<Injected>>,
+}
+
+fn closed_error() -> PyErr {
+    PyRuntimeError::new_err("Event loop is closed")
+}
+
+/// asyncio's `selectors._fileobj_to_fd`: an int, or an object with `fileno()`.
+fn fileobj_to_fd(obj: &Bound<'_, PyAny>) -> PyResult<RawFd> {
+    let fd: i64 = if obj.is_instance_of::<PyInt>() {
+        obj.extract()?
+    } else {
+        match obj.call_method0(intern!(obj.py(), "fileno")) {
+            Ok(n) => n.extract().map_err(|_| {
+                PyValueError::new_err(format!(
+                    "Invalid file object: {}",
+                    obj.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+                ))
+            })?,
+            Err(_) => {
+                return Err(PyValueError::new_err(format!(
+                    "Invalid file object: {}",
+                    obj.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+                )))
+            }
+        }
+    };
+    if fd < 0 {
+        return Err(PyValueError::new_err(format!(
+            "Invalid file descriptor: {fd}"
+        )));
+    }
+    i32::try_from(fd).map_err(|_| PyValueError::new_err(format!("Invalid file descriptor: {fd}")))
+}
+
+/// A copy of the current context (what asyncio does when `context=None`).
+fn current_context(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    // SAFETY: we hold the GIL; PyContext_CopyCurrent returns a new reference or NULL with an
+    // exception set, which `from_owned_ptr_or_err` turns into `Err`.
+    unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_CopyCurrent()) }.map(Bound::unbind)
+}
+
+impl LoopCore {
+    /// A handle for Rust threads to hand work to this loop.
+    pub fn remote(&self) -> LoopRemote {
+        LoopRemote {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Builds a handle for `callback(*args)` (context copied when not given).
+    fn make_handle(
+        slf: &Bound<'_, Self>,
+        method: &str,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        context: Option<Bound<'_, PyAny>>,
+        debug: bool,
+    ) -> PyResult<Handle> {
+        let py = slf.py();
+        let source_traceback = if debug {
+            slf.call_method1(intern!(py, "_debug_check_callback"), (callback, method))?;
+            Some(crate::hooks::call(py, "extract_stack", ())?.unbind())
+        } else {
+            if !callback.is_callable() {
+                return Err(PyTypeError::new_err(format!(
+                    "a callable object was expected by {method}(), got {}",
+                    callback.repr()?
+                )));
+            }
+            None
+        };
+        let context = match context {
+            Some(c) if !c.is_none() => c.unbind(),
+            _ => current_context(py)?,
+        };
+        Ok(Handle::new(
+            callback.clone().unbind(),
+            args.unbind(),
+            context,
+            slf.clone().into_any().unbind(),
+            source_traceback,
+        ))
+    }
+
+    fn check_thread(slf: &Bound<'_, Self>, st_thread: Option<u64>) -> PyResult<()> {
+        if let Some(tid) = st_thread {
+            // SAFETY: pthread_self has no preconditions; Python's thread ident is this value.
+            let me = unsafe { libc::pthread_self() } as u64;
+            if me != tid {
+                let _ = slf;
+                return Err(PyRuntimeError::new_err(
+                    "Non-thread-safe operation invoked on an event loop other than the current one",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn schedule_timer(
+        slf: &Bound<'_, Self>,
+        when: f64,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        context: Option<Bound<'_, PyAny>>,
+        method: &str,
+    ) -> PyResult<Py<TimerHandle>> {
+        let py = slf.py();
+        let this = slf.get();
+        if this.flags.closed() {
+            return Err(closed_error());
+        }
+        let debug = this.flags.debug();
+        if debug {
+            Self::check_thread(slf, this.state.lock()?.thread_id)?;
+        }
+        let base = Self::make_handle(slf, method, callback, args, context, debug)?;
+        let timer = Py::new(
+            py,
+            PyClassInitializer::from(base).add_subclass(TimerHandle::new(when)),
+        )?;
+        let id = this.state.lock()?.timers.insert(when, timer.clone_ref(py));
+        timer.get().set_timer_id(id.to_bits());
+        Ok(timer)
+    }
+
+    /// Called by `TimerHandle.cancel()`: takes the timer out of the heap at once.
+    pub(crate) fn timer_cancelled(&self, py: Python<'_>, bits: u64) -> PyResult<()> {
+        if bits == NOT_SCHEDULED {
+            return Ok(());
+        }
+        let removed = self.state.lock()?.timers.remove(TimerId::from_bits(bits));
+        let _ = py;
+        drop(removed);
+        Ok(())
+    }
+
+    fn set_fd_handle(
+        slf: &Bound<'_, Self>,
+        fd: &Bound<'_, PyAny>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        write: bool,
+    ) -> PyResult<Py<Handle>> {
+        let py = slf.py();
+        let this = slf.get();
+        let fd = fileobj_to_fd(fd)?;
+        if this.flags.closed() {
+            return Err(closed_error());
+        }
+        let debug = this.flags.debug();
+        let method = if write { "add_writer" } else { "add_reader" };
+        let handle = Py::new(
+            py,
+            Self::make_handle(slf, method, callback, args, None, debug)?,
+        )?;
+        let old = {
+            let mut st = this.state.lock()?;
+            let existed = st.fds.contains_key(&fd);
+            let entry = st.fds.entry(fd).or_default();
+            let slot = if write {
+                &mut entry.writer
+            } else {
+                &mut entry.reader
+            };
+            let old = slot.replace(handle.clone_ref(py));
+            let interest = entry.interest();
+            let res = if existed {
+                this.shared.poller.modify(fd, fd as u64, interest)
+            } else {
+                this.shared.poller.add(fd, fd as u64, interest)
+            };
+            if let Err(e) = res {
+                // Undo: the fd is not watched, so the table must not claim it is.
+                let entry = st.fds.get_mut(&fd).expect("just inserted");
+                let slot = if write {
+                    &mut entry.writer
+                } else {
+                    &mut entry.reader
+                };
+                let ours = std::mem::replace(slot, old);
+                if !existed {
+                    st.fds.remove(&fd);
+                }
+                drop(st);
+                drop(ours);
+                return Err(e.into());
+            }
+            old
+        };
+        if let Some(old) = old {
+            Handle::cancel_py(old.bind(py))?;
+        }
+        Ok(handle)
+    }
+
+    fn remove_fd_handle(
+        slf: &Bound<'_, Self>,
+        fd: &Bound<'_, PyAny>,
+        write: bool,
+    ) -> PyResult<bool> {
+        let py = slf.py();
+        let this = slf.get();
+        let fd = fileobj_to_fd(fd)?;
+        let old = {
+            if this.flags.closed() {
+                return Ok(false);
+            }
+            let mut st = this.state.lock()?;
+            let Some(entry) = st.fds.get_mut(&fd) else {
+                return Ok(false);
+            };
+            let old = if write {
+                entry.writer.take()
+            } else {
+                entry.reader.take()
+            };
+            if old.is_none() {
+                return Ok(false);
+            }
+            let interest = entry.interest();
+            if interest.is_empty() {
+                st.fds.remove(&fd);
+                this.shared.poller.delete(fd)?;
+            } else {
+                this.shared.poller.modify(fd, fd as u64, interest)?;
+            }
+            old
+        };
+        if let Some(old) = old {
+            Handle::cancel_py(old.bind(py))?;
+        }
+        Ok(true)
+    }
+
+    /// One loop iteration; see the module docs.
+    fn run_once(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let timeout = this.poll_timeout()?;
+        let waker_fired = this.poll_and_queue(py, timeout)?;
+        this.shared.injector.woke(waker_fired)?;
+        if waker_fired || this.shared.injector.has_pending() {
+            Self::take_injected(slf)?;
+        }
+        // A signal may have interrupted the wait: let Python run its handlers (KeyboardInterrupt
+        // leaves run_forever here, as in asyncio).
+        py.check_signals()?;
+        this.queue_due_timers(py)?;
+        Self::run_ready(slf)
+    }
+
+    /// Step 1: zero with work pending, else until the earliest timer, else forever (`None`).
+    fn poll_timeout(&self) -> PyResult<Option<Duration>> {
+        let st = self.state.lock()?;
+        if !st.ready.is_empty() || self.flags.stopping() {
+            return Ok(Some(Duration::ZERO));
+        }
+        Ok(st.timers.peek_when().map(|when| {
+            let dt = when - clock::monotonic();
+            if dt > 0.0 {
+                Duration::from_secs_f64(dt.min(86400.0 * 365.0))
+            } else {
+                Duration::ZERO
+            }
+        }))
+    }
+
+    /// Steps 2 and 3: waits for I/O (the GIL released unless the wait cannot block) and queues
+    /// the handles of ready fds. Returns whether the injector's eventfd fired.
+    fn poll_and_queue(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
+        let mut events = self
+            .events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let shared = &*self.shared;
+        let waited = if timeout == Some(Duration::ZERO) {
+            shared.poller.wait(&mut events, timeout)
+        } else {
+            let t = if shared.injector.prepare_sleep() {
+                timeout
+            } else {
+                Some(Duration::ZERO)
+            };
+            let events_ref = &mut *events;
+            py.detach(|| shared.poller.wait(events_ref, t))
+        };
+        match waited {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut waker_fired = false;
+        let mut st = self.state.lock()?;
+        let State { ready, fds, .. } = &mut *st;
+        for (token, r) in events.iter() {
+            if token == WAKER_TOKEN {
+                waker_fired = true;
+                continue;
+            }
+            let Some(entry) = fds.get(&(token as RawFd)) else {
+                continue;
+            };
+            let directions = [(r.readable, &entry.reader), (r.writable, &entry.writer)];
+            for (is_ready, handle) in directions {
+                if let (true, Some(h)) = (is_ready, handle) {
+                    if !h.get().is_cancelled() {
+                        ready.push_back(h.clone_ref(py));
+                    }
+                }
+            }
+        }
+        Ok(waker_fired)
+    }
+
+    /// Step 4: timers due before now + clock resolution join the ready queue.
+    fn queue_due_timers(&self, py: Python<'_>) -> PyResult<()> {
+        let end = clock::monotonic() + CLOCK_RESOLUTION;
+        let mut st = self.state.lock()?;
+        let State { ready, timers, .. } = &mut *st;
+        while let Some(t) = timers.pop_before(end) {
+            t.get().set_timer_id(NOT_SCHEDULED);
+            ready.push_back(t.into_bound(py).into_super().unbind());
+        }
+        Ok(())
+    }
+
+    /// Step 5: takes the whole ready queue, so handles queued by these callbacks wait for the
+    /// next iteration, without a lock per handle.
+    fn run_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let mut batch = std::mem::take(&mut this.state.lock()?.ready);
+        let debug = this.flags.debug();
+        while let Some(handle) = batch.pop_front() {
+            let handle = handle.into_bound(py);
+            if handle.get().is_cancelled() {
+                continue;
+            }
+            let result = if debug {
+                slf.call_method1(intern!(py, "_run_handle_debug"), (&handle,))
+                    .map(drop)
+            } else {
+                Handle::run(&handle)
+            };
+            if let Err(e) = result {
+                // KeyboardInterrupt/SystemExit: the rest stays queued, in order, for the next run.
+                let mut st = this.state.lock()?;
+                batch.append(&mut st.ready);
+                st.ready = batch;
+                return Err(e);
+            }
+        }
+        // Keep the larger allocation for the next iteration.
+        let mut st = this.state.lock()?;
+        if st.ready.is_empty() && batch.capacity() > st.ready.capacity() {
+            st.ready = batch;
+        }
+        Ok(())
+    }
+
+    fn take_injected(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let mut batch = std::mem::take(
+            &mut *this
+                .injected
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        this.shared.injector.drain_into(&mut batch);
+        let mut tasks = Vec::new();
+        {
+            let mut st = this.state.lock()?;
+            for item in batch.drain(..) {
+                match item {
+                    Injected::Handle(h) => st.ready.push_back(h),
+                    Injected::Task(t) => tasks.push(t),
+                }
+            }
+        }
+        *this
+            .injected
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = batch;
+        for task in tasks {
+            if let Err(e) = task(py) {
+                crate::handle::report_failure(slf.as_any(), &slf.clone().into_any().unbind(), e)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Handle {
+    /// `handle.cancel()` through Python, so a `TimerHandle` also leaves the heap.
+    pub(crate) fn cancel_py(h: &Bound<'_, Handle>) -> PyResult<()> {
+        h.call_method0(intern!(h.py(), "cancel"))?;
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl LoopCore {
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn py_new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let shared = Shared {
+            poller: Poller::new()?,
+            injector: Injector::new()?,
+        };
+        shared
+            .poller
+            .add(shared.injector.as_raw_fd(), WAKER_TOKEN, Interest::READ)?;
+        Ok(Self {
+            state: LoopCell::new(State::default()),
+            flags: Flags::default(),
+            shared: Arc::new(shared),
+            events: Mutex::new(Events::with_capacity(64)),
+            injected: Mutex::new(Vec::new()),
+        })
+    }
+
+    #[allow(clippy::unused_self, reason = "a Python method receives the loop")]
+    fn time(&self) -> f64 {
+        clock::monotonic()
+    }
+
+    #[pyo3(signature = (callback, *args, context=None))]
+    fn call_soon(
+        slf: &Bound<'_, Self>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        context: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Handle>> {
+        let py = slf.py();
+        let this = slf.get();
+        if this.flags.closed() {
+            return Err(closed_error());
+        }
+        let debug = this.flags.debug();
+        if debug {
+            Self::check_thread(slf, this.state.lock()?.thread_id)?;
+        }
+        let handle = Py::new(
+            py,
+            Self::make_handle(slf, "call_soon", callback, args, context, debug)?,
+        )?;
+        this.state.lock()?.ready.push_back(handle.clone_ref(py));
+        Ok(handle)
+    }
+
+    #[pyo3(signature = (callback, *args, context=None))]
+    fn call_soon_threadsafe(
+        slf: &Bound<'_, Self>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        context: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Handle>> {
+        let py = slf.py();
+        let this = slf.get();
+        if this.flags.closed() {
+            return Err(closed_error());
+        }
+        let debug = this.flags.debug();
+        let handle = Py::new(
+            py,
+            Self::make_handle(slf, "call_soon_threadsafe", callback, args, context, debug)?,
+        )?;
+        let _ = this
+            .shared
+            .injector
+            .push(Injected::Handle(handle.clone_ref(py)))?;
+        Ok(handle)
+    }
+
+    #[pyo3(signature = (delay, callback, *args, context=None))]
+    fn call_later(
+        slf: &Bound<'_, Self>,
+        delay: &Bound<'_, PyAny>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        context: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Py<TimerHandle>> {
+        if delay.is_none() {
+            return Err(PyTypeError::new_err("delay must not be None"));
+        }
+        let delay: f64 = delay.extract()?;
+        let when = clock::monotonic() + delay;
+        Self::schedule_timer(slf, when, callback, args, context, "call_later")
+    }
+
+    #[pyo3(signature = (when, callback, *args, context=None))]
+    fn call_at(
+        slf: &Bound<'_, Self>,
+        when: &Bound<'_, PyAny>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        context: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Py<TimerHandle>> {
+        if when.is_none() {
+            return Err(PyTypeError::new_err("when cannot be None"));
+        }
+        let when: f64 = when.extract()?;
+        Self::schedule_timer(slf, when, callback, args, context, "call_at")
+    }
+
+    /// `add_reader` that returns the handle (asyncio's `_add_reader`).
+    #[pyo3(signature = (fd, callback, *args))]
+    fn _add_reader(
+        slf: &Bound<'_, Self>,
+        fd: &Bound<'_, PyAny>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+    ) -> PyResult<Py<Handle>> {
+        Self::set_fd_handle(slf, fd, callback, args, false)
+    }
+
+    #[pyo3(signature = (fd, callback, *args))]
+    fn _add_writer(
+        slf: &Bound<'_, Self>,
+        fd: &Bound<'_, PyAny>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+    ) -> PyResult<Py<Handle>> {
+        Self::set_fd_handle(slf, fd, callback, args, true)
+    }
+
+    #[pyo3(signature = (fd, callback, *args))]
+    fn add_reader(
+        slf: &Bound<'_, Self>,
+        fd: &Bound<'_, PyAny>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+    ) -> PyResult<()> {
+        Self::set_fd_handle(slf, fd, callback, args, false).map(drop)
+    }
+
+    #[pyo3(signature = (fd, callback, *args))]
+    fn add_writer(
+        slf: &Bound<'_, Self>,
+        fd: &Bound<'_, PyAny>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+    ) -> PyResult<()> {
+        Self::set_fd_handle(slf, fd, callback, args, true).map(drop)
+    }
+
+    fn remove_reader(slf: &Bound<'_, Self>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Self::remove_fd_handle(slf, fd, false)
+    }
+
+    fn remove_writer(slf: &Bound<'_, Self>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Self::remove_fd_handle(slf, fd, true)
+    }
+
+    /// Whether `fd` has a reader or writer registered (for tests and `_ensure_fd_no_transport`).
+    fn _fd_registered(&self, fd: &Bound<'_, PyAny>) -> PyResult<(bool, bool)> {
+        let fd = fileobj_to_fd(fd)?;
+        let st = self.state.lock()?;
+        Ok(st
+            .fds
+            .get(&fd)
+            .map_or((false, false), |e| (e.reader.is_some(), e.writer.is_some())))
+    }
+
+    fn stop(&self) -> PyResult<()> {
+        self.flags.stopping.store(true, Ordering::Relaxed);
+        // From another thread (not asyncio API, but common): make a sleeping loop notice.
+        let _ = self.shared.injector.wake_if_sleeping()?;
+        Ok(())
+    }
+
+    fn is_running(&self) -> PyResult<bool> {
+        Ok(self.state.lock()?.thread_id.is_some())
+    }
+
+    fn is_closed(&self) -> bool {
+        self.flags.closed()
+    }
+
+    #[getter(_closed)]
+    fn attr_closed(&self) -> bool {
+        self.flags.closed()
+    }
+
+    #[setter(_closed)]
+    fn set_attr_closed(&self, value: bool) {
+        self.flags.closed.store(value, Ordering::Relaxed);
+    }
+
+    #[getter(_stopping)]
+    fn attr_stopping(&self) -> bool {
+        self.flags.stopping()
+    }
+
+    #[setter(_stopping)]
+    fn set_attr_stopping(&self, value: bool) {
+        self.flags.stopping.store(value, Ordering::Relaxed);
+    }
+
+    #[getter(_debug)]
+    fn attr_debug(&self) -> bool {
+        self.flags.debug()
+    }
+
+    #[setter(_debug)]
+    fn set_attr_debug(&self, value: bool) {
+        self.flags.debug.store(value, Ordering::Relaxed);
+    }
+
+    #[getter(_thread_id)]
+    fn attr_thread_id(&self) -> PyResult<Option<u64>> {
+        Ok(self.state.lock()?.thread_id)
+    }
+
+    #[setter(_thread_id)]
+    fn set_attr_thread_id(&self, value: Option<u64>) -> PyResult<()> {
+        self.state.lock()?.thread_id = value;
+        Ok(())
+    }
+
+    /// Number of handles waiting in the ready queue (asyncio's `len(loop._ready)`).
+    fn _ready_count(&self) -> PyResult<usize> {
+        Ok(self.state.lock()?.ready.len())
+    }
+
+    /// Number of scheduled (not cancelled, not fired) timers.
+    fn _timer_count(&self) -> PyResult<usize> {
+        Ok(self.state.lock()?.timers.len())
+    }
+
+    fn _run_once(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Self::run_once(slf)
+    }
+
+    /// The loop proper; the Python `run_forever` sets up and tears down around it.
+    fn _run_forever_native(slf: &Bound<'_, Self>) -> PyResult<()> {
+        loop {
+            Self::run_once(slf)?;
+            if slf.get().flags.stopping() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Drops every queued handle and timer and leaves the poller; the fds themselves belong to
+    /// their owners. Called by `Loop.close()`.
+    fn _close_native(&self, py: Python<'_>) -> PyResult<()> {
+        let (ready, timers, fds) = {
+            let mut st = self.state.lock()?;
+            self.flags.closed.store(true, Ordering::Relaxed);
+            let fds: Vec<_> = st.fds.drain().collect();
+            for (fd, _) in &fds {
+                self.shared.poller.delete(*fd)?;
+            }
+            (std::mem::take(&mut st.ready), st.timers.drain(), fds)
+        };
+        for t in &timers {
+            t.get().set_timer_id(NOT_SCHEDULED);
+        }
+        let _ = py;
+        drop((ready, timers, fds));
+        let mut rest = Vec::new();
+        self.shared.injector.drain_into(&mut rest);
+        drop(rest);
+        Ok(())
+    }
+
+    /// Test and benchmark probe of the Rust wake path: a Rust thread (no GIL) pushes `n` tasks;
+    /// each calls `callback(i, t_push)` on the loop thread, `t_push` being the loop clock when the
+    /// task was pushed.
+    fn _spawn_rust_producer(&self, callback: Py<PyAny>, n: usize, interval_us: u64) {
+        let remote = self.remote();
+        let callback = Arc::new(callback);
+        std::thread::spawn(move || {
+            for i in 0..n {
+                let cb = Arc::clone(&callback);
+                let pushed = clock::monotonic();
+                let _ = remote.spawn(move |py| {
+                    cb.call1(py, (i, pushed))?;
+                    Ok(())
+                });
+                if interval_us > 0 {
+                    std::thread::sleep(Duration::from_micros(interval_us));
+                }
+            }
+        });
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(st) = self.state.try_lock_for_gc() {
+            for h in &st.ready {
+                visit.call(h)?;
+            }
+            for e in st.fds.values() {
+                visit.call(&e.reader)?;
+                visit.call(&e.writer)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let taken = self.state.try_lock_for_gc().map(|mut st| {
+            let fds: Vec<_> = st.fds.drain().collect();
+            for (fd, _) in &fds {
+                let _ = self.shared.poller.delete(*fd);
+            }
+            (std::mem::take(&mut st.ready), st.timers.drain(), fds)
+        });
+        drop(taken);
+    }
+}

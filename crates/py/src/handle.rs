@@ -1,0 +1,356 @@
+//! `Handle` and `TimerHandle`: what `call_soon`, `call_later` and `add_reader` return, and what
+//! the loop runs.
+//!
+//! Invariants:
+//! - Only the loop creates handles (no `__new__`), so `context` is always a `contextvars.Context`
+//!   and `loop_` is always the owning loop.
+//! - `inner.callback`/`inner.args` are `Some` until `cancel()` (which drops them, as asyncio does,
+//!   to break reference cycles early) or the garbage collector's `__clear__`.
+//! - A `TimerHandle`'s `timer_id` is `u64::MAX` unless it sits in its loop's timer heap; only the
+//!   loop thread changes it (on schedule, fire, cancel, close).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit};
+use pyo3::ffi;
+use pyo3::gc::PyVisit;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::pyclass::CompareOp;
+use pyo3::types::PyTuple;
+use pyo3::PyTraverseError;
+
+use crate::event_loop::LoopCore;
+use crate::hooks;
+
+#[derive(Default)]
+struct Inner {
+    callback: Option<Py<PyAny>>,
+    args: Option<Py<PyTuple>>,
+    /// The repr frozen at cancel time in debug mode (asyncio's `_repr`).
+    repr: Option<Py<PyAny>>,
+}
+
+#[pyclass(module = "ferroloop", name = "Handle", subclass, frozen, weakref)]
+pub struct Handle {
+    inner: Mutex<Inner>,
+    cancelled: AtomicBool,
+    context: Py<PyAny>,
+    loop_: Py<PyAny>,
+    source_traceback: Option<Py<PyAny>>,
+}
+
+fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Handle {
+    pub(crate) fn new(
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Py<PyAny>,
+        loop_: Py<PyAny>,
+        source_traceback: Option<Py<PyAny>>,
+    ) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                callback: Some(callback),
+                args: Some(args),
+                repr: None,
+            }),
+            cancelled: AtomicBool::new(false),
+            context,
+            loop_,
+            source_traceback,
+        }
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Runs the callback in the handle's context. Returns `Err` only for `KeyboardInterrupt` and
+    /// `SystemExit` (which stop the loop, as in asyncio) or for a failing exception handler;
+    /// every other exception goes to the loop's exception handler.
+    pub(crate) fn run(slf: &Bound<'_, Handle>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let (callback, args) = {
+            let g = lock(&this.inner);
+            match (&g.callback, &g.args) {
+                (Some(c), Some(a)) => (c.clone_ref(py), a.clone_ref(py)),
+                _ => return Ok(()),
+            }
+        };
+        let ctx = this.context.as_ptr();
+        // SAFETY: we hold the GIL (`py`), and `ctx` is a live object kept alive by `this`.
+        // PyContext_Enter type-checks it and fails cleanly if it is already entered.
+        let result = if unsafe { ffi::PyContext_Enter(ctx) } < 0 {
+            Err(PyErr::fetch(py))
+        } else {
+            let args = args.bind(py);
+            let r = if args.is_empty() {
+                callback.call0(py)
+            } else {
+                callback.call1(py, args)
+            };
+            // SAFETY: we entered `ctx` just above on this thread and still hold the GIL, so it is
+            // the current context and exiting it cannot fail.
+            unsafe { ffi::PyContext_Exit(ctx) };
+            r
+        };
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => report_failure(slf.as_any(), &this.loop_, e),
+        }
+    }
+
+    pub(crate) fn loop_obj(&self) -> &Py<PyAny> {
+        &self.loop_
+    }
+
+    fn clear_call(&self, py: Python<'_>, freeze_repr: Option<Py<PyAny>>) {
+        let dropped = {
+            let mut g = lock(&self.inner);
+            if freeze_repr.is_some() {
+                g.repr = freeze_repr;
+            }
+            (g.callback.take(), g.args.take())
+        };
+        let _ = py;
+        drop(dropped);
+    }
+
+    fn cancel_base(&self, py: Python<'_>, as_object: &Bound<'_, PyAny>) -> PyResult<()> {
+        if self.cancelled.swap(true, Ordering::Relaxed) {
+            return Ok(());
+        }
+        // In debug mode asyncio keeps the repr of the cancelled handle for post-mortems.
+        let debug = self
+            .loop_
+            .bind(py)
+            .call_method0(intern!(py, "get_debug"))?
+            .is_truthy()?;
+        let frozen = if debug {
+            Some(as_object.repr()?.into_any().unbind())
+        } else {
+            None
+        };
+        self.clear_call(py, frozen);
+        Ok(())
+    }
+}
+
+/// Sends an exception raised by a callback to the loop's exception handler.
+pub(crate) fn report_failure(
+    handle: &Bound<'_, PyAny>,
+    loop_: &Py<PyAny>,
+    e: PyErr,
+) -> PyResult<()> {
+    let py = handle.py();
+    if e.is_instance_of::<PyKeyboardInterrupt>(py) || e.is_instance_of::<PySystemExit>(py) {
+        return Err(e);
+    }
+    loop_
+        .bind(py)
+        .call_method1(intern!(py, "_callback_failed"), (handle, e.into_value(py)))?;
+    Ok(())
+}
+
+#[pymethods]
+impl Handle {
+    fn cancel(slf: &Bound<'_, Self>) -> PyResult<()> {
+        slf.get().cancel_base(slf.py(), slf.as_any())
+    }
+
+    fn cancelled(&self) -> bool {
+        self.is_cancelled()
+    }
+
+    fn get_context(&self, py: Python<'_>) -> Py<PyAny> {
+        self.context.clone_ref(py)
+    }
+
+    fn _run(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Handle::run(slf)
+    }
+
+    #[getter]
+    fn _callback(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        lock(&self.inner).callback.as_ref().map(|c| c.clone_ref(py))
+    }
+
+    #[getter]
+    fn _args(&self, py: Python<'_>) -> Option<Py<PyTuple>> {
+        lock(&self.inner).args.as_ref().map(|a| a.clone_ref(py))
+    }
+
+    #[getter]
+    fn _cancelled(&self) -> bool {
+        self.is_cancelled()
+    }
+
+    #[getter]
+    fn _loop(&self, py: Python<'_>) -> Py<PyAny> {
+        self.loop_.clone_ref(py)
+    }
+
+    #[getter]
+    fn _context(&self, py: Python<'_>) -> Py<PyAny> {
+        self.context.clone_ref(py)
+    }
+
+    #[getter]
+    fn _source_traceback(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.source_traceback.as_ref().map(|t| t.clone_ref(py))
+    }
+
+    #[getter]
+    fn _repr(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        lock(&self.inner).repr.as_ref().map(|r| r.clone_ref(py))
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        if let Some(r) = lock(&slf.get().inner).repr.as_ref() {
+            return Ok(r.clone_ref(py));
+        }
+        Ok(hooks::call(py, "handle_repr", (slf,))?.unbind())
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Ok(g) = self.inner.try_lock() {
+            visit.call(&g.callback)?;
+            visit.call(&g.args)?;
+            visit.call(&g.repr)?;
+        }
+        visit.call(&self.context)?;
+        visit.call(&self.loop_)?;
+        visit.call(&self.source_traceback)?;
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        if let Ok(mut g) = self.inner.try_lock() {
+            let taken = std::mem::take(&mut *g);
+            drop(g);
+            drop(taken);
+        }
+    }
+}
+
+#[pyclass(module = "ferroloop", name = "TimerHandle", extends = Handle, frozen)]
+pub struct TimerHandle {
+    when: f64,
+    timer_id: AtomicU64,
+}
+
+pub(crate) const NOT_SCHEDULED: u64 = u64::MAX;
+
+impl TimerHandle {
+    pub(crate) fn new(when: f64) -> Self {
+        Self {
+            when,
+            timer_id: AtomicU64::new(NOT_SCHEDULED),
+        }
+    }
+
+    pub(crate) fn set_timer_id(&self, bits: u64) {
+        self.timer_id.store(bits, Ordering::Relaxed);
+    }
+
+    pub(crate) fn take_timer_id(&self) -> u64 {
+        self.timer_id.swap(NOT_SCHEDULED, Ordering::Relaxed)
+    }
+}
+
+#[pymethods]
+impl TimerHandle {
+    fn when(&self) -> f64 {
+        self.when
+    }
+
+    #[getter]
+    fn _when(&self) -> f64 {
+        self.when
+    }
+
+    #[getter]
+    fn _scheduled(&self) -> bool {
+        self.timer_id.load(Ordering::Relaxed) != NOT_SCHEDULED
+    }
+
+    fn cancel(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let base = slf.as_super();
+        if !base.get().is_cancelled() {
+            let bits = slf.get().take_timer_id();
+            if bits != NOT_SCHEDULED {
+                let lp = base.get().loop_obj().bind(py);
+                if let Ok(core) = lp.cast::<LoopCore>() {
+                    core.get().timer_cancelled(py, bits)?;
+                }
+            }
+        }
+        base.get().cancel_base(py, base.as_any())
+    }
+
+    fn __hash__(&self) -> u64 {
+        self.when.to_bits()
+    }
+
+    fn __richcmp__(
+        slf: &Bound<'_, Self>,
+        other: &Bound<'_, PyAny>,
+        op: CompareOp,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let Ok(other) = other.cast::<TimerHandle>() else {
+            return Ok(py.NotImplemented());
+        };
+        let (a, b) = (slf.get().when, other.get().when);
+        let result = match op {
+            CompareOp::Lt => a < b,
+            CompareOp::Le => a <= b,
+            CompareOp::Gt => a > b,
+            CompareOp::Ge => a >= b,
+            CompareOp::Eq | CompareOp::Ne => {
+                #[allow(clippy::float_cmp, reason = "asyncio compares deadlines exactly")]
+                let same = a == b
+                    && slf.as_super().get().is_cancelled() == other.as_super().get().is_cancelled()
+                    && same_call(slf.as_super().get(), other.as_super().get(), py)?;
+                if matches!(op, CompareOp::Eq) {
+                    same
+                } else {
+                    !same
+                }
+            }
+        };
+        Ok(pyo3::types::PyBool::new(py, result)
+            .to_owned()
+            .into_any()
+            .unbind())
+    }
+}
+
+fn same_call(a: &Handle, b: &Handle, py: Python<'_>) -> PyResult<bool> {
+    // One lock at a time: `a` and `b` may be the same handle.
+    let call_of = |h: &Handle| {
+        let g = lock(&h.inner);
+        (
+            g.callback.as_ref().map(|c| c.clone_ref(py)),
+            g.args.as_ref().map(|t| t.clone_ref(py).into_any()),
+        )
+    };
+    let (ca, aa) = call_of(a);
+    let (cb, ab) = call_of(b);
+    let eq = |x: Option<Py<PyAny>>, y: Option<Py<PyAny>>| -> PyResult<bool> {
+        match (x, y) {
+            (Some(x), Some(y)) => x.bind(py).eq(y.bind(py)),
+            (None, None) => Ok(true),
+            _ => Ok(false),
+        }
+    };
+    Ok(eq(ca, cb)? && eq(aa, ab)?)
+}

@@ -1,0 +1,148 @@
+"""``ferroloop.Loop``: the native core plus asyncio's own cold-path policy code.
+
+The class is ``Loop(LoopCore, SocketOps, SignalOps, asyncio.BaseEventLoop)``:
+
+- ``LoopCore`` (Rust) owns the hot path: ``call_soon``/``call_later``/``call_at``/
+  ``call_soon_threadsafe``, the ready queue, the timer heap, the fd registry, ``time()`` and the
+  iteration itself, and exposes ``_closed``, ``_stopping``, ``_debug`` and ``_thread_id`` so
+  that inherited code reads the native state.
+- ``asyncio.BaseEventLoop`` supplies the code users expect to behave *exactly* like asyncio and
+  that runs once per operation, not per event: ``run_until_complete``, task factories, the
+  exception handler, async-generator hooks, executors, ``getaddrinfo``, the sendfile fallback.
+- ``SocketOps`` and ``SignalOps`` are ferroloop's ``sock_*`` and signal implementations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from asyncio import base_events, events
+from typing import Any
+
+from ._native import Handle, LoopCore
+from ._signals import SignalOps
+from ._sockets import SocketOps
+
+_TRANSPORTS_MISSING = (
+    "ferroloop: {} is not implemented yet (transports are the next milestone); "
+    "use asyncio's loop for this program until then"
+)
+
+
+def _not_yet(name: str) -> Any:
+    async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(_TRANSPORTS_MISSING.format(name))
+
+    method.__name__ = name
+    method.__doc__ = f"Not implemented yet: raises NotImplementedError ({name})."
+    return method
+
+
+class Loop(LoopCore, SocketOps, SignalOps, base_events.BaseEventLoop):  # type: ignore[misc]
+    """An asyncio event loop whose core is written in Rust."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._signals_init()
+
+    # -- running --------------------------------------------------------------------------------
+
+    def run_forever(self) -> None:
+        """Runs until ``stop()`` is called (asyncio semantics, native iteration)."""
+        self._check_closed()
+        self._check_running()
+        self._set_coroutine_origin_tracking(self._debug)
+        old_agen_hooks = sys.get_asyncgen_hooks()
+        try:
+            self._thread_id = threading.get_ident()
+            sys.set_asyncgen_hooks(
+                firstiter=self._asyncgen_firstiter_hook,
+                finalizer=self._asyncgen_finalizer_hook,
+            )
+            events._set_running_loop(self)
+            self._signals_begin()
+            self._run_forever_native()
+        finally:
+            self._signals_end()
+            self._stopping = False
+            self._thread_id = None
+            events._set_running_loop(None)
+            self._set_coroutine_origin_tracking(False)
+            sys.set_asyncgen_hooks(*old_agen_hooks)
+
+    def close(self) -> None:
+        """Closes the loop: drops pending callbacks, leaves the poller, shuts the executor."""
+        if self.is_running():
+            raise RuntimeError("Cannot close a running event loop")
+        if self.is_closed():
+            return
+        self._signals_close()
+        super().close()
+        self._close_native()
+
+    # -- called by the native core ----------------------------------------------------------
+
+    def _callback_failed(self, handle: Any, exc: BaseException) -> None:
+        if isinstance(handle, Handle):
+            source = asyncio.format_helpers._format_callback_source(handle._callback, handle._args)
+            context: dict[str, Any] = {
+                "message": f"Exception in callback {source}",
+                "exception": exc,
+                "handle": handle,
+            }
+            if handle._source_traceback:
+                context["source_traceback"] = handle._source_traceback
+        else:
+            context = {
+                "message": "Exception in a task handed to the loop by Rust code",
+                "exception": exc,
+            }
+        self.call_exception_handler(context)
+
+    def _run_handle_debug(self, handle: Handle) -> None:
+        self._current_handle = handle
+        try:
+            t0 = self.time()
+            handle._run()
+            dt = self.time() - t0
+            if dt >= self.slow_callback_duration:
+                base_events.logger.warning(
+                    "Executing %s took %.3f seconds", base_events._format_handle(handle), dt
+                )
+        finally:
+            self._current_handle = None
+
+    def _debug_check_callback(self, callback: Any, method: str) -> None:
+        self._check_callback(callback, method)
+
+    def _timer_handle_cancelled(self, handle: Any) -> None:
+        """asyncio's hook; ferroloop's timers leave the heap in ``TimerHandle.cancel`` itself."""
+
+    def _write_to_self(self) -> None:
+        """asyncio's self-pipe wake-up: an empty thread-safe call wakes the native loop."""
+        self.call_soon_threadsafe(_noop)
+
+    # -- transports (next milestone) -------------------------------------------------------
+
+    create_connection = _not_yet("create_connection")
+    create_server = _not_yet("create_server")
+    create_datagram_endpoint = _not_yet("create_datagram_endpoint")
+    create_unix_connection = _not_yet("create_unix_connection")
+    create_unix_server = _not_yet("create_unix_server")
+    connect_accepted_socket = _not_yet("connect_accepted_socket")
+    connect_read_pipe = _not_yet("connect_read_pipe")
+    connect_write_pipe = _not_yet("connect_write_pipe")
+    subprocess_exec = _not_yet("subprocess_exec")
+    subprocess_shell = _not_yet("subprocess_shell")
+    start_tls = _not_yet("start_tls")
+    sendfile = _not_yet("sendfile")
+
+
+def _noop() -> None:
+    pass
+
+
+def new_event_loop() -> Loop:
+    """A new ferroloop loop (use as ``asyncio.run(main(), loop_factory=new_event_loop)``)."""
+    return Loop()

@@ -1,0 +1,243 @@
+"""Low-level socket operations (``loop.sock_*``) on top of the native reader/writer registry.
+
+Each operation first tries the non-blocking syscall at once and only registers interest in the
+fd when it would block, so a ready socket costs no trip through the poller. Semantics follow
+asyncio's selector loop: the waiting registration is removed when the future completes or is
+cancelled, unless another operation has replaced it in the meantime.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import io
+import os
+import socket
+import ssl
+from asyncio import base_events, exceptions
+from typing import Any
+
+_RETRY = (BlockingIOError, InterruptedError)
+
+
+def _check_sock(sock: socket.socket) -> None:
+    if isinstance(sock, ssl.SSLSocket):
+        raise TypeError("Socket cannot be of type SSLSocket")
+    if sock.gettimeout() != 0:
+        raise ValueError("the socket must be non-blocking")
+
+
+def _byte_view(data: Any) -> memoryview:
+    view = memoryview(data)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
+class SocketOps:
+    """Mixin for ``ferroloop.Loop``; relies on ``_add_reader``/``_add_writer`` of the core."""
+
+    _add_reader: Any
+    _add_writer: Any
+    remove_reader: Any
+    remove_writer: Any
+    create_future: Any
+
+    # -- completion plumbing ------------------------------------------------------------------
+
+    def _sock_read_done(self, fd: int, fut: Any, handle: Any = None) -> None:
+        if handle is None or not handle.cancelled():
+            self.remove_reader(fd)
+
+    def _sock_write_done(self, fd: int, fut: Any, handle: Any = None) -> None:
+        if handle is None or not handle.cancelled():
+            self.remove_writer(fd)
+
+    async def _wait_readable(self, sock: socket.socket, ready: Any, *args: Any) -> Any:
+        fut = self.create_future()
+        fd = sock.fileno()
+        handle = self._add_reader(fd, ready, fut, *args)
+        fut.add_done_callback(functools.partial(self._sock_read_done, fd, handle=handle))
+        return await fut
+
+    async def _wait_writable(self, sock: socket.socket, ready: Any, *args: Any) -> Any:
+        fut = self.create_future()
+        fd = sock.fileno()
+        handle = self._add_writer(fd, ready, fut, *args)
+        fut.add_done_callback(functools.partial(self._sock_write_done, fd, handle=handle))
+        return await fut
+
+    @staticmethod
+    def _complete(fut: Any, op: Any, *args: Any) -> None:
+        """Retries ``op(*args)`` once the fd is ready; finishes ``fut`` unless it would block."""
+        if fut.done():
+            return
+        try:
+            result = op(*args)
+        except _RETRY:
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
+        _check_sock(sock)
+        try:
+            return sock.recv(n)
+        except _RETRY:
+            pass
+        return await self._wait_readable(sock, self._complete, sock.recv, n)
+
+    async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
+        _check_sock(sock)
+        try:
+            return sock.recv_into(buf)
+        except _RETRY:
+            pass
+        return await self._wait_readable(sock, self._complete, sock.recv_into, buf)
+
+    async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
+        _check_sock(sock)
+        try:
+            return sock.recvfrom(bufsize)
+        except _RETRY:
+            pass
+        return await self._wait_readable(sock, self._complete, sock.recvfrom, bufsize)
+
+    async def sock_recvfrom_into(
+        self, sock: socket.socket, buf: Any, nbytes: int = 0
+    ) -> tuple[int, Any]:
+        _check_sock(sock)
+        if not nbytes:
+            nbytes = len(buf)
+        try:
+            return sock.recvfrom_into(buf, nbytes)
+        except _RETRY:
+            pass
+        return await self._wait_readable(sock, self._complete, sock.recvfrom_into, buf, nbytes)
+
+    async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, Any]:
+        _check_sock(sock)
+        try:
+            conn, address = sock.accept()
+        except _RETRY:
+            conn, address = await self._wait_readable(sock, self._complete, sock.accept)
+        conn.setblocking(False)
+        return conn, address
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    async def sock_sendall(self, sock: socket.socket, data: Any) -> None:
+        _check_sock(sock)
+        view = _byte_view(data)
+        try:
+            sent = sock.send(view)
+        except _RETRY:
+            sent = 0
+        if sent == view.nbytes:
+            return
+        await self._wait_writable(sock, self._sendall_ready, sock, view, [sent])
+
+    @staticmethod
+    def _sendall_ready(fut: Any, sock: socket.socket, view: memoryview, pos: list[int]) -> None:
+        if fut.done():
+            return
+        start = pos[0]
+        try:
+            start += sock.send(view[start:])
+        except _RETRY:
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+            return
+        if start == view.nbytes:
+            fut.set_result(None)
+        else:
+            pos[0] = start
+
+    async def sock_sendto(self, sock: socket.socket, data: Any, address: Any) -> int:
+        _check_sock(sock)
+        try:
+            return sock.sendto(data, address)
+        except _RETRY:
+            pass
+        return await self._wait_writable(sock, self._complete, sock.sendto, data, address)
+
+    async def sock_connect(self, sock: socket.socket, address: Any) -> None:
+        _check_sock(sock)
+        if sock.family == socket.AF_INET or (
+            base_events._HAS_IPv6 and sock.family == socket.AF_INET6
+        ):
+            resolved = await self._ensure_resolved(  # type: ignore[attr-defined]
+                address, family=sock.family, type=sock.type, proto=sock.proto, loop=self
+            )
+            _, _, _, _, address = resolved[0]
+        try:
+            sock.connect(address)
+            return
+        except _RETRY:
+            pass
+        await self._wait_writable(sock, self._connect_ready, sock, address)
+
+    @staticmethod
+    def _connect_ready(fut: Any, sock: socket.socket, address: Any) -> None:
+        if fut.done():
+            return
+        try:
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err != 0:
+                raise OSError(err, f"Connect call failed {address}")
+        except _RETRY:
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(None)
+
+    # -- sendfile -------------------------------------------------------------------------------
+
+    async def _sock_sendfile_native(
+        self, sock: socket.socket, file: Any, offset: int, count: int | None
+    ) -> int:
+        """Zero-copy ``os.sendfile``; ``SendfileNotAvailableError`` makes asyncio fall back."""
+        try:
+            fileno = file.fileno()
+            fsize = os.fstat(fileno).st_size
+        except (AttributeError, io.UnsupportedOperation, OSError) as err:
+            raise exceptions.SendfileNotAvailableError("not a regular file") from err
+        total = 0
+        try:
+            while True:
+                want = (count - total) if count else (fsize - offset - total)
+                if want <= 0:
+                    break
+                try:
+                    sent = os.sendfile(sock.fileno(), fileno, offset + total, min(want, 1 << 30))
+                except _RETRY:
+                    await self._wait_writable(sock, _set_none)
+                    continue
+                except OSError as exc:
+                    if total == 0 and exc.errno == errno.ENOTSOCK:
+                        raise exceptions.SendfileNotAvailableError("not a socket") from exc
+                    raise
+                if sent == 0:
+                    break
+                total += sent
+        finally:
+            if total > 0:
+                file.seek(offset + total)
+        return total
+
+
+def _set_none(fut: Any) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -1,0 +1,367 @@
+"""Run one module of CPython's ``test.test_asyncio`` on one loop and stream the outcomes.
+
+The orchestrator, ``run_cpython_asyncio.py``, starts one worker process per module (and
+starts it again, minus the tests already done, after a hang or a crash). A worker:
+
+1. makes the loop under test asyncio's default: ``asyncio.set_event_loop_policy(policy)``
+   *and* ``asyncio.DefaultEventLoopPolicy = type(policy)``, because every module's
+   ``tearDownModule`` (and ``test_runners``' ``tearDown``) calls
+   ``asyncio.set_event_loop_policy(None)``, after which asyncio lazily builds a fresh
+   ``asyncio.DefaultEventLoopPolicy()``; with the patch that is the loop under test again;
+2. counts every loop the policy (and, for the per-loop mixins, ``create_event_loop``)
+   hands out, and fails loudly on a loop of the wrong type, so the report can prove which
+   tests really ran on the loop under test;
+3. runs the module's selected tests with unittest and writes one JSON line per event to
+   ``--results``: ``plan`` (the test ids), ``start``, ``result``, and ``done``;
+4. arms a faulthandler watchdog around each test: a test that outlives ``--test-timeout``
+   gets every thread's stack dumped to stderr and the process ends with exit code 1. The
+   orchestrator sees a ``start`` without a ``result`` and books that test as a timeout.
+
+It only imports the standard library at the top, so the orchestrator can import
+``MODULES`` from it cheaply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import faulthandler
+import importlib
+import json
+import sys
+import time
+import traceback
+import unittest
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+LOOPS = ("ferroloop", "uvloop", "asyncio")
+# Cap on the traceback text kept per test: enough for the frames that matter.
+DETAIL_CHARS = 4000
+# Written to stderr as each test starts.
+START_MARKER = "\n### cpython_asyncio_worker: start "
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which tests of one ``test.test_asyncio`` module run on the loop under test.
+
+    ``classes`` names TestCase classes of the module that take their loop from the policy
+    (``None``: every class the module defines). ``per_loop`` maps a class name to the
+    module's mixins it is built from: a TestCase, named after the loop (``Ferroloop`` +
+    name), whose ``create_event_loop`` returns a loop under test, the way the module
+    builds its own ``EPollEventLoopTests`` on ``asyncio.SelectorEventLoop``.
+    """
+
+    classes: tuple[str, ...] | None = None
+    per_loop: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+# Modules whose tests reach the loop through the policy are run whole; the modules that
+# build a test class per selector are run through their mixins only (their own classes
+# would test asyncio's selector loops). Slowest first, so they do not start last.
+#
+# Left out, because no test in them touches the loop under test: test_futures and
+# test_pep492 (their loops are test_utils.TestLoop or a mocked asyncio.BaseEventLoop),
+# test_runners (its TestPolicy hands out mocked BaseEventLoops), the modules testing
+# asyncio's own loops, transports and protocol objects (test_base_events,
+# test_selector_events, test_proactor_events, test_unix_events, test_windows_*,
+# test_sslproto, test_transports, test_protocols), and test_server, test_buffered_proto
+# and test_ssl, whose loop factories are hardwired to asyncio's classes.
+MODULES: dict[str, Selection] = {
+    "test_events": Selection(
+        classes=(
+            "HandleTests",
+            "TimerTests",
+            "TestPyGetEventLoop",
+            "TestCGetEventLoop",
+            "TestServer",
+            "TestAbstractServer",
+        ),
+        per_loop=(("EventLoopTests", ("UnixEventLoopTestsMixin", "SubprocessTestsMixin")),),
+    ),
+    "test_tasks": Selection(),
+    "test_sock_lowlevel": Selection(classes=(), per_loop=(("SockTests", ("BaseSockTestsMixin",)),)),
+    "test_taskgroups": Selection(),
+    # The other watcher classes exercise asyncio's own child-watcher machinery.
+    "test_subprocess": Selection(classes=("SubprocessThreadedWatcherTests",)),
+    "test_locks": Selection(),
+    "test_waitfor": Selection(),
+    "test_streams": Selection(),
+    "test_sendfile": Selection(classes=(), per_loop=(("SendfileTests", ("SendfileTestsBase",)),)),
+    "test_context": Selection(),
+    "test_futures2": Selection(),
+    "test_queues": Selection(),
+    "test_threads": Selection(),
+    "test_timeouts": Selection(),
+}
+
+
+class LoopCounter:
+    """Counts the loops handed to the tests and rejects loops of another type."""
+
+    def __init__(self, loop_type: type) -> None:
+        self.loop_type = loop_type
+        self.created = 0
+
+    def note(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
+        if not isinstance(loop, self.loop_type):
+            raise AssertionError(
+                f"the policy under test returned {type(loop).__module__}."
+                f"{type(loop).__qualname__}, not {self.loop_type.__qualname__}"
+            )
+        self.created += 1
+        return loop
+
+
+def install_loop(name: str) -> tuple[LoopCounter, Callable[[], asyncio.AbstractEventLoop]]:
+    """Make ``name`` asyncio's default loop; return the counter and a loop factory."""
+    if name == "ferroloop":
+        import ferroloop
+
+        counter = LoopCounter(ferroloop.Loop)
+        base_policy: type[asyncio.AbstractEventLoopPolicy] = ferroloop.EventLoopPolicy
+
+        def policy_loop(policy: Any) -> asyncio.AbstractEventLoop:
+            return super(CountingPolicy, policy).new_event_loop()
+
+        def direct_loop() -> asyncio.AbstractEventLoop:
+            return counter.note(ferroloop.new_event_loop())
+
+    elif name == "uvloop":
+        import uvloop
+
+        counter = LoopCounter(uvloop.Loop)
+        # uvloop's own policy lacks the child-watcher methods the Unix tests call.
+        base_policy = asyncio.DefaultEventLoopPolicy
+
+        def policy_loop(policy: Any) -> asyncio.AbstractEventLoop:
+            return uvloop.new_event_loop()
+
+        def direct_loop() -> asyncio.AbstractEventLoop:
+            return counter.note(uvloop.new_event_loop())
+
+    else:
+        counter = LoopCounter(asyncio.SelectorEventLoop)
+        base_policy = asyncio.DefaultEventLoopPolicy
+
+        def policy_loop(policy: Any) -> asyncio.AbstractEventLoop:
+            return super(CountingPolicy, policy).new_event_loop()
+
+        def direct_loop() -> asyncio.AbstractEventLoop:
+            return counter.note(asyncio.SelectorEventLoop())
+
+    class CountingPolicy(base_policy):  # type: ignore[valid-type,misc]
+        def new_event_loop(self) -> asyncio.AbstractEventLoop:
+            return counter.note(policy_loop(self))
+
+    CountingPolicy.__qualname__ = f"{name}.CountingPolicy"
+    asyncio.DefaultEventLoopPolicy = CountingPolicy  # type: ignore[misc]
+    asyncio.set_event_loop_policy(CountingPolicy())
+    return counter, direct_loop
+
+
+def adapt_close_loop(test_utils: Any) -> None:
+    """Let ``test_utils.TestCase.close_loop`` close loops without ``_default_executor``.
+
+    CPython's helper reads the private ``loop._default_executor`` to decide whether to
+    call ``shutdown_default_executor()``; uvloop (and a native loop generally) keeps the
+    executor private. For such loops the replacement calls the public coroutine always,
+    then does what the original does.
+    """
+    from test import support
+
+    original = test_utils.TestCase.close_loop
+
+    def close_loop(loop: asyncio.AbstractEventLoop) -> None:
+        if hasattr(loop, "_default_executor"):
+            original(loop)
+            return
+        if not loop.is_closed():
+            loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+        # The rest is the original's: wait (boundedly) for subprocess watcher threads.
+        policy = support.maybe_get_event_loop_policy()
+        if policy is None:
+            return
+        try:
+            watcher = policy.get_child_watcher()
+        except NotImplementedError:
+            return
+        if isinstance(watcher, asyncio.ThreadedChildWatcher):
+            for thread in list(watcher._threads.values()):
+                thread.join(timeout=support.SHORT_TIMEOUT)
+                if thread.is_alive():
+                    raise RuntimeError(f"thread {thread} still alive: subprocess still running")
+
+    test_utils.TestCase.close_loop = staticmethod(close_loop)
+
+
+def build_suite(
+    module_name: str, selection: Selection, loop_name: str, make_loop: Callable[[], Any]
+) -> unittest.TestSuite:
+    module = importlib.import_module(f"test.test_asyncio.{module_name}")
+    from test.test_asyncio import utils as test_utils
+
+    loader = unittest.TestLoader()
+    suite = unittest.TestSuite()
+    if selection.classes is None:
+        suite.addTests(loader.loadTestsFromModule(module))
+    else:
+        for class_name in selection.classes:
+            if hasattr(module, class_name):  # some classes are platform-conditional
+                suite.addTests(loader.loadTestsFromTestCase(getattr(module, class_name)))
+    for name, mixin_names in selection.per_loop:
+        bases = tuple(getattr(module, mixin) for mixin in mixin_names)
+        class_name = loop_name.capitalize() + name
+        test_class = type(
+            class_name,
+            (*bases, test_utils.TestCase),
+            {
+                "create_event_loop": lambda self: make_loop(),
+                "__module__": module.__name__,
+                "__qualname__": class_name,
+            },
+        )
+        suite.addTests(loader.loadTestsFromTestCase(test_class))
+    return suite
+
+
+def iter_tests(suite: unittest.TestSuite) -> Iterator[unittest.TestCase]:
+    for item in suite:
+        if isinstance(item, unittest.TestSuite):
+            yield from iter_tests(item)
+        else:
+            yield item
+
+
+class StreamingResult(unittest.TestResult):
+    """Writes one JSON line per test and guards each test with a watchdog."""
+
+    def __init__(self, out: IO[str], counter: LoopCounter, test_timeout: float) -> None:
+        super().__init__()
+        self.out = out
+        self.counter = counter
+        self.test_timeout = test_timeout
+        self.current: dict[str, Any] | None = None
+
+    def emit(self, record: dict[str, Any]) -> None:
+        self.out.write(json.dumps(record) + "\n")
+        self.out.flush()
+
+    def startTest(self, test: unittest.TestCase) -> None:
+        super().startTest(test)
+        self.current = {
+            "id": test.id(),
+            "outcome": "passed",
+            "detail": "",
+            "loops_before": self.counter.created,
+            "started": time.monotonic(),
+        }
+        self.emit({"event": "start", "id": test.id()})
+        # The orchestrator keeps the stderr after the last marker as a hung test's output.
+        sys.stderr.write(f"{START_MARKER}{test.id()}\n")
+        sys.stderr.flush()
+        faulthandler.dump_traceback_later(self.test_timeout, exit=True)
+
+    def stopTest(self, test: unittest.TestCase) -> None:
+        faulthandler.cancel_dump_traceback_later()
+        super().stopTest(test)
+        current, self.current = self.current, None
+        if current is None:
+            return
+        self.emit(
+            {
+                "event": "result",
+                "id": current["id"],
+                "outcome": current["outcome"],
+                "detail": current["detail"],
+                "loops": self.counter.created - current["loops_before"],
+                "duration": round(time.monotonic() - current["started"], 3),
+            }
+        )
+
+    def _book(self, test: Any, outcome: str, detail: str) -> None:
+        detail = detail[-DETAIL_CHARS:]
+        if self.current is not None and self.current["id"] == test.id():
+            # Keep the first failure (a subtest, say) unless a later one is worse.
+            if self.current["outcome"] in ("passed", "skipped") or outcome == "error":
+                self.current["outcome"] = outcome
+                self.current["detail"] = detail
+            return
+        # setUpClass/tearDownModule errors and class-level skips come without startTest.
+        self.emit(
+            {
+                "event": "result",
+                "id": test.id(),
+                "outcome": outcome,
+                "detail": detail,
+                "loops": 0,
+                "duration": 0.0,
+            }
+        )
+
+    def addError(self, test: Any, err: Any) -> None:
+        super().addError(test, err)
+        self._book(test, "error", self._exc_info_to_string(err, test))
+
+    def addFailure(self, test: Any, err: Any) -> None:
+        super().addFailure(test, err)
+        self._book(test, "failed", self._exc_info_to_string(err, test))
+
+    def addSubTest(self, test: Any, subtest: Any, err: Any) -> None:
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            outcome = "failed" if issubclass(err[0], test.failureException) else "error"
+            text = f"subtest {subtest._subDescription()}\n{self._exc_info_to_string(err, test)}"
+            self._book(test, outcome, text)
+
+    def addSkip(self, test: Any, reason: str) -> None:
+        super().addSkip(test, reason)
+        self._book(test, "skipped", reason)
+
+    def addExpectedFailure(self, test: Any, err: Any) -> None:
+        super().addExpectedFailure(test, err)
+        self._book(test, "passed", "expected failure")
+
+    def addUnexpectedSuccess(self, test: Any) -> None:
+        super().addUnexpectedSuccess(test)
+        self._book(test, "failed", "unexpected success of an expectedFailure test")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--loop", choices=LOOPS, required=True)
+    parser.add_argument("--module", choices=sorted(MODULES), required=True)
+    parser.add_argument("--results", required=True, help="JSON-lines file to append to")
+    parser.add_argument("--skip", help="JSON file: list of test ids already done")
+    parser.add_argument("--test-timeout", type=float, required=True)
+    args = parser.parse_args(argv)
+    faulthandler.enable()  # a crash in native code still shows the Python stacks
+
+    with open(args.results, "a", encoding="utf-8") as out:
+        try:
+            counter, make_loop = install_loop(args.loop)
+            from test.test_asyncio import utils as test_utils
+
+            adapt_close_loop(test_utils)
+            suite = build_suite(args.module, MODULES[args.module], args.loop, make_loop)
+        except BaseException:
+            out.write(json.dumps({"event": "setup-error", "detail": traceback.format_exc()}))
+            out.write("\n")
+            raise
+        skip: set[str] = set()
+        if args.skip:
+            with open(args.skip, encoding="utf-8") as f:
+                skip = set(json.load(f))
+        tests = [test for test in iter_tests(suite) if test.id() not in skip]
+        result = StreamingResult(out, counter, args.test_timeout)
+        result.emit({"event": "plan", "ids": [test.id() for test in tests]})
+        unittest.TestSuite(tests).run(result)
+        result.emit({"event": "done", "loops": counter.created})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

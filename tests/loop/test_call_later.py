@@ -1,0 +1,163 @@
+"""call_later: deadline order, FIFO among equal deadlines, arguments, contexts, checks."""
+
+from __future__ import annotations
+
+import contextvars
+
+import pytest
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+
+def test_timers_fire_in_deadline_order(loop):
+    order = []
+    for delay in (0.03, 0.01, 0.02, 0.0, 0.005):
+        loop.call_later(delay, order.append, delay)
+    loop.call_later(0.04, loop.stop)
+    loop.run_forever()
+    assert order == [0.0, 0.005, 0.01, 0.02, 0.03]
+
+
+def test_timers_with_equal_deadlines_fire_in_scheduling_order(loop, loop_name):
+    if loop_name == "asyncio":
+        pytest.skip(
+            "asyncio's heapq does not promise FIFO among equal deadlines; ferroloop does "
+            "(crates/core/src/timers.rs)"
+        )
+    order = []
+    when = loop.time() + 0.01
+    for i in range(50):
+        loop.call_at(when, order.append, i)
+    loop.call_at(when, loop.stop)
+    loop.run_forever()
+    assert order == list(range(50))
+
+
+def test_timers_with_equal_deadlines_fire_in_one_iteration(loop):
+    order = []
+
+    def fire(i):
+        order.append(i)
+        loop.call_soon(order.append, f"after-{i}")
+
+    when = loop.time() + 0.01
+    for i in range(50):
+        loop.call_at(when, fire, i)
+    loop.call_at(when + 0.01, loop.stop)
+    loop.run_forever()
+    # Every due timer ran before any callback that the due timers scheduled.
+    assert sorted(order[:50]) == list(range(50))
+    assert sorted(order[50:]) == sorted(f"after-{i}" for i in range(50))
+
+
+def test_timers_with_the_same_delay_fire_in_scheduling_order(loop):
+    order = []
+    for i in range(50):
+        loop.call_later(0.01, order.append, i)
+    loop.call_later(0.02, loop.stop)
+    loop.run_forever()
+    assert order == list(range(50))
+
+
+def test_timer_does_not_fire_before_its_delay_elapsed(loop):
+    fired_at = []
+    start = loop.time()
+    loop.call_later(0.05, lambda: fired_at.append(loop.time()))
+    loop.call_later(0.05, loop.stop)
+    loop.run_forever()
+    assert fired_at
+    assert fired_at[0] - start >= 0.05
+
+
+def test_zero_delay_timer_runs_after_ready_callbacks_of_the_same_iteration(loop):
+    order = []
+    loop.call_later(0, order.append, "timer")
+    loop.call_soon(order.append, "soon")
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert order == ["soon", "timer"]
+
+
+def test_negative_delay_fires(loop):
+    fired = []
+    loop.call_later(-1, fired.append, "negative")
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert fired == ["negative"]
+
+
+def test_call_later_passes_positional_arguments(loop):
+    received = []
+    loop.call_later(0, lambda *args: received.append(args), 1, "two", None)
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert received == [(1, "two", None)]
+
+
+def test_call_later_runs_callback_in_given_context(loop):
+    context = contextvars.copy_context()
+    context.run(request_id.set, "timer-context")
+    seen = []
+    loop.call_later(0, lambda: seen.append(request_id.get()), context=context)
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert seen == ["timer-context"]
+    assert request_id.get() == "unset"
+
+
+def test_call_later_without_context_copies_the_current_context(loop):
+    seen = []
+    token = request_id.set("at-schedule-time")
+    try:
+        loop.call_later(0, lambda: seen.append(request_id.get()))
+    finally:
+        request_id.reset(token)
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert seen == ["at-schedule-time"]
+
+
+def test_timer_scheduled_while_running_fires(loop):
+    order = []
+
+    def schedule():
+        loop.call_later(0.01, order.append, "inner")
+        loop.call_later(0.02, loop.stop)
+
+    loop.call_soon(schedule)
+    loop.run_forever()
+    assert order == ["inner"]
+
+
+def test_earlier_timer_scheduled_later_fires_first(loop):
+    order = []
+    loop.call_later(0.05, order.append, "late")
+    loop.call_soon(lambda: loop.call_later(0.01, order.append, "early"))
+    loop.call_later(0.06, loop.stop)
+    loop.run_forever()
+    assert order == ["early", "late"]
+
+
+def test_loop_sleeps_until_next_timer_when_nothing_is_ready(loop):
+    # With no ready callbacks, the loop must wake for the timer by itself.
+    loop.call_later(0.02, loop.stop)
+    loop.run_forever()
+    assert not loop.is_running()
+
+
+def test_call_later_rejects_none_delay(loop):
+    with pytest.raises(TypeError, match="delay must not be None"):
+        loop.call_later(None, print)
+
+
+def test_many_timers_all_fire_in_order(loop):
+    fired = []
+    start = loop.time()
+    # Deadlines scheduled in a scrambled order.
+    delays = [((i * 7919) % 1000) / 100_000 for i in range(1000)]
+    for i, delay in enumerate(delays):
+        loop.call_at(start + delay, fired.append, (delay, i))
+    loop.call_at(start + 0.011, loop.stop)
+    loop.run_forever()
+    assert fired == sorted(fired)
+    assert len(fired) == 1000

@@ -1,0 +1,143 @@
+"""call_soon: FIFO order, argument passing, contexts, and argument checking."""
+
+from __future__ import annotations
+
+import contextvars
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+
+def test_call_soon_runs_callbacks_in_fifo_order(loop):
+    order = []
+    for i in range(100):
+        loop.call_soon(order.append, i)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert order == list(range(100))
+
+
+def test_call_soon_passes_positional_arguments(loop):
+    received = []
+
+    def callback(*args):
+        received.append(args)
+
+    loop.call_soon(callback)
+    loop.call_soon(callback, 1)
+    loop.call_soon(callback, "a", None, (2, 3))
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert received == [(), (1,), ("a", None, (2, 3))]
+
+
+def test_call_soon_passes_the_very_same_argument_objects(loop):
+    marker = object()
+    received = []
+    loop.call_soon(received.append, marker)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert received[0] is marker
+
+
+def test_call_soon_runs_callback_in_given_context(loop):
+    context = contextvars.copy_context()
+    context.run(request_id.set, "from-context")
+    seen = []
+    loop.call_soon(lambda: seen.append(request_id.get()), context=context)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert seen == ["from-context"]
+    assert request_id.get() == "unset"
+
+
+def test_call_soon_callback_changes_stay_in_given_context(loop):
+    context = contextvars.copy_context()
+    loop.call_soon(request_id.set, "changed", context=context)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert context[request_id] == "changed"
+    assert request_id.get() == "unset"
+
+
+def test_call_soon_without_context_copies_the_current_context(loop):
+    seen = []
+    token = request_id.set("at-schedule-time")
+    try:
+        loop.call_soon(lambda: seen.append(request_id.get()))
+        loop.call_soon(request_id.set, "set-by-callback")
+    finally:
+        request_id.reset(token)
+    loop.call_soon(lambda: seen.append(request_id.get()))
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    # Each callback ran in its own copy taken when it was scheduled.
+    assert seen == ["at-schedule-time", "unset"]
+    assert request_id.get() == "unset"
+
+
+def test_callback_scheduled_by_a_callback_runs_in_a_later_iteration(loop):
+    order = []
+
+    def first():
+        order.append("first")
+        loop.call_soon(order.append, "scheduled-by-first")
+        loop.stop()
+
+    loop.call_soon(first)
+    loop.call_soon(order.append, "second")
+    loop.run_forever()
+    # stop() finishes the current iteration only: the new callback waits.
+    assert order == ["first", "second"]
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert order == ["first", "second", "scheduled-by-first"]
+
+
+def test_call_soon_handle_cancel_prevents_the_call(loop):
+    called = []
+    handle = loop.call_soon(called.append, "cancelled")
+    loop.call_soon(called.append, "kept")
+    handle.cancel()
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert called == ["kept"]
+
+
+def test_callback_cancelling_a_later_ready_callback_suppresses_it(loop):
+    called = []
+    handles = []
+    loop.call_soon(lambda: handles[0].cancel())
+    handles.append(loop.call_soon(called.append, "victim"))
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert called == []
+    assert handles[0].cancelled()
+
+
+def test_call_soon_accepts_callable_objects(loop):
+    class Callable:
+        def __init__(self):
+            self.calls = 0
+
+        def __call__(self):
+            self.calls += 1
+
+    callable_object = Callable()
+    loop.call_soon(callable_object)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert callable_object.calls == 1
+
+
+def test_call_soon_many_callbacks_all_run(loop):
+    count = 0
+
+    def bump():
+        nonlocal count
+        count += 1
+
+    for _ in range(10_000):
+        loop.call_soon(bump)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert count == 10_000

@@ -1,0 +1,172 @@
+"""call_soon_threadsafe: delivery from many threads, wake-ups, contexts, arguments."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+
+def test_call_soon_threadsafe_from_many_threads_delivers_every_callback(loop):
+    threads_count = 8
+    per_thread = 2000
+    received = []
+    done = loop.create_future()
+
+    def record(thread_index, sequence):
+        received.append((thread_index, sequence))
+        if len(received) == threads_count * per_thread:
+            done.set_result(None)
+
+    start = threading.Barrier(threads_count)
+
+    def produce(thread_index):
+        start.wait()
+        for sequence in range(per_thread):
+            loop.call_soon_threadsafe(record, thread_index, sequence)
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(threads_count)]
+    for thread in threads:
+        thread.start()
+    try:
+        loop.run_until_complete(done)
+    finally:
+        for thread in threads:
+            thread.join()
+    assert len(received) == threads_count * per_thread
+    # Each producer's callbacks arrive in the order that producer scheduled them.
+    for thread_index in range(threads_count):
+        sequences = [seq for index, seq in received if index == thread_index]
+        assert sequences == list(range(per_thread))
+
+
+def test_call_soon_threadsafe_wakes_a_loop_blocked_in_poll(loop):
+    fired = []
+    far_timer = loop.call_later(3600, loop.stop)
+
+    def wake():
+        fired.append(threading.current_thread() is threading.main_thread())
+        loop.stop()
+
+    sender = threading.Timer(0.05, loop.call_soon_threadsafe, args=(wake,))
+    sender.start()
+    try:
+        loop.run_forever()
+    finally:
+        sender.join()
+        far_timer.cancel()
+    # The callback ran on the loop's thread, not on the sender's.
+    assert fired == [True]
+
+
+def test_call_soon_threadsafe_wakes_a_loop_waiting_without_timers(loop):
+    # Nothing is ready and no timer is pending: only the wake-up ends the poll.
+    async def main():
+        future = loop.create_future()
+        sender = threading.Timer(0.05, loop.call_soon_threadsafe, args=(future.set_result, "woken"))
+        sender.start()
+        try:
+            return await future
+        finally:
+            sender.join()
+
+    assert loop.run_until_complete(main()) == "woken"
+
+
+def test_call_soon_threadsafe_passes_arguments(loop):
+    received = []
+
+    def record(*args):
+        received.append(args)
+        loop.stop()
+
+    thread = threading.Thread(target=loop.call_soon_threadsafe, args=(record, 1, "two"))
+    thread.start()
+    thread.join()
+    loop.run_forever()
+    assert received == [(1, "two")]
+
+
+def test_call_soon_threadsafe_runs_in_given_context(loop):
+    context = contextvars.copy_context()
+    context.run(request_id.set, "threadsafe-context")
+    seen = []
+
+    def read():
+        seen.append(request_id.get())
+        loop.stop()
+
+    thread = threading.Thread(target=lambda: loop.call_soon_threadsafe(read, context=context))
+    thread.start()
+    thread.join()
+    loop.run_forever()
+    assert seen == ["threadsafe-context"]
+
+
+def test_call_soon_threadsafe_copies_the_calling_threads_context(loop):
+    seen = []
+
+    def read():
+        seen.append(request_id.get())
+        loop.stop()
+
+    def schedule():
+        request_id.set("set-in-thread")
+        loop.call_soon_threadsafe(read)
+
+    thread = threading.Thread(target=schedule)
+    thread.start()
+    thread.join()
+    loop.run_forever()
+    assert seen == ["set-in-thread"]
+
+
+def test_call_soon_threadsafe_handle_can_be_cancelled(loop):
+    fired = []
+    handles = []
+    thread = threading.Thread(
+        target=lambda: handles.append(loop.call_soon_threadsafe(fired.append, "cancelled"))
+    )
+    thread.start()
+    thread.join()
+    handles[0].cancel()
+    assert handles[0].cancelled()
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert fired == []
+
+
+def test_call_soon_threadsafe_interleaves_fifo_with_call_soon(loop):
+    order = []
+    loop.call_soon(order.append, 1)
+    loop.call_soon_threadsafe(order.append, 2)
+    loop.call_soon(order.append, 3)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert order == [1, 2, 3]
+
+
+def test_call_soon_threadsafe_while_the_loop_runs_callbacks(loop):
+    # Producers keep scheduling while the loop is busy dispatching.
+    total = 20_000
+    received = []
+    done = loop.create_future()
+
+    def record(i):
+        received.append(i)
+        if len(received) == total:
+            done.set_result(None)
+
+    def produce():
+        for i in range(total):
+            loop.call_soon_threadsafe(record, i)
+
+    async def main():
+        thread = threading.Thread(target=produce)
+        thread.start()
+        await done
+        await loop.run_in_executor(None, thread.join)
+
+    loop.run_until_complete(main())
+    assert received == list(range(total))

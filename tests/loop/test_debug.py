@@ -1,0 +1,182 @@
+"""Debug mode: get/set_debug, slow-callback warnings, thread and argument checks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+import pytest
+
+
+def test_default_debug_matches_asyncio(loop_factory):
+    reference = asyncio.new_event_loop()
+    fresh = loop_factory()
+    try:
+        assert fresh.get_debug() == reference.get_debug()
+    finally:
+        fresh.close()
+        reference.close()
+
+
+def test_set_debug_round_trips(loop):
+    loop.set_debug(True)
+    assert loop.get_debug() is True
+    loop.set_debug(False)
+    assert loop.get_debug() is False
+
+
+def test_slow_callback_duration_defaults_to_a_tenth_of_a_second(loop):
+    assert loop.slow_callback_duration == 0.1
+
+
+def test_slow_callback_is_logged_in_debug_mode(loop, caplog):
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.01
+
+    def slow_callback():
+        time.sleep(0.05)
+
+    loop.call_soon(slow_callback)
+    loop.call_soon(loop.stop)
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        loop.run_forever()
+    messages = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+    slow = [message for message in messages if message.startswith("Executing <Handle")]
+    assert len(slow) == 1, messages
+    assert "slow_callback()" in slow[0]
+    assert " took " in slow[0]
+    assert slow[0].endswith(" seconds")
+
+
+def test_slow_timer_callback_is_logged_in_debug_mode(loop, caplog):
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.01
+
+    def slow_timer():
+        time.sleep(0.05)
+
+    loop.call_later(0, slow_timer)
+    loop.call_later(0.01, loop.stop)
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        loop.run_forever()
+    messages = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+    assert any(
+        message.startswith("Executing <TimerHandle") and "slow_timer()" in message
+        for message in messages
+    ), messages
+
+
+def test_slow_callback_is_not_logged_outside_debug_mode(loop, caplog):
+    loop.slow_callback_duration = 0.01
+    loop.call_soon(time.sleep, 0.05)
+    loop.call_soon(loop.stop)
+    with caplog.at_level(logging.DEBUG, logger="asyncio"):
+        loop.run_forever()
+    assert not [r for r in caplog.records if "Executing" in r.getMessage()]
+
+
+def test_fast_callback_is_not_logged_in_debug_mode(loop, caplog):
+    loop.set_debug(True)
+    loop.slow_callback_duration = 10
+    loop.call_soon(lambda: None)
+    loop.call_soon(loop.stop)
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        loop.run_forever()
+    assert not [r for r in caplog.records if "Executing" in r.getMessage()]
+
+
+@pytest.mark.parametrize("method", ["call_soon", "call_later", "call_at"])
+def test_scheduling_from_a_wrong_thread_in_debug_mode_raises(loop, method):
+    loop.set_debug(True)
+    errors = []
+
+    def schedule_from_thread():
+        schedule = getattr(loop, method)
+        args = () if method == "call_soon" else (loop.time() if method == "call_at" else 0,)
+        try:
+            schedule(*args, print)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    async def main():
+        thread = threading.Thread(target=schedule_from_thread)
+        thread.start()
+        await loop.run_in_executor(None, thread.join)
+
+    loop.run_until_complete(main())
+    assert len(errors) == 1
+    assert (
+        "Non-thread-safe operation invoked on an event loop other than the current one"
+        in (errors[0])
+    )
+
+
+def test_call_soon_threadsafe_from_a_wrong_thread_in_debug_mode_works(loop):
+    loop.set_debug(True)
+    fired = []
+
+    async def main():
+        done = loop.create_future()
+        thread = threading.Thread(
+            target=loop.call_soon_threadsafe, args=(done.set_result, "threadsafe")
+        )
+        thread.start()
+        fired.append(await done)
+        await loop.run_in_executor(None, thread.join)
+
+    loop.run_until_complete(main())
+    assert fired == ["threadsafe"]
+
+
+@pytest.mark.parametrize("method", ["call_soon", "call_soon_threadsafe", "call_later", "call_at"])
+def test_debug_mode_rejects_non_callable(loop, method):
+    loop.set_debug(True)
+    schedule = getattr(loop, method)
+    args = (0,) if method == "call_later" else (loop.time(),) if method == "call_at" else ()
+    # asyncio's call_later delegates to call_at and names that method in the message.
+    name = "call_(later|at)" if method == "call_later" else method
+    with pytest.raises(TypeError, match=f"a callable object was expected by {name}"):
+        schedule(*args, 42)
+
+
+@pytest.mark.parametrize("method", ["call_soon", "call_soon_threadsafe", "call_later", "call_at"])
+def test_debug_mode_rejects_coroutine_function(loop, method):
+    async def coroutine_function():
+        pass
+
+    loop.set_debug(True)
+    schedule = getattr(loop, method)
+    args = (0,) if method == "call_later" else (loop.time(),) if method == "call_at" else ()
+    name = "call_(later|at)" if method == "call_later" else method
+    with pytest.raises(TypeError, match=f"coroutines cannot be used with {name}"):
+        schedule(*args, coroutine_function)
+
+
+def test_debug_mode_rejects_coroutine_object(loop):
+    async def coroutine_function():
+        pass
+
+    loop.set_debug(True)
+    coroutine = coroutine_function()
+    try:
+        with pytest.raises(TypeError, match="coroutines cannot be used with call_soon"):
+            loop.call_soon(coroutine)
+    finally:
+        coroutine.close()
+
+
+def test_debug_callback_error_context_has_source_traceback(loop, exception_handler_calls):
+    loop.set_debug(True)
+
+    def fail():
+        raise ValueError("debug")
+
+    loop.call_soon(fail)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    (context,) = exception_handler_calls.consume()
+    assert {"message", "exception", "handle", "source_traceback"} <= context.keys()
+    frame = context["source_traceback"][-1]
+    assert frame.filename == __file__

@@ -1,0 +1,213 @@
+"""create_future and create_task (name=, context=), and the asyncio task machinery on top."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+import pytest
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+
+def test_create_future_is_bound_to_the_loop(loop):
+    future = loop.create_future()
+    assert asyncio.isfuture(future)
+    assert future.get_loop() is loop
+    assert not future.done()
+    future.cancel()
+
+
+def test_future_done_callbacks_run_through_the_loop(loop):
+    future = loop.create_future()
+    order = []
+    future.add_done_callback(lambda f: order.append(("callback", f.result())))
+    future.set_result("value")
+    order.append("set_result returned")
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert order == ["set_result returned", ("callback", "value")]
+
+
+def test_await_future_resolved_by_a_timer(loop):
+    async def main():
+        future = loop.create_future()
+        loop.call_later(0.01, future.set_result, "from timer")
+        return await future
+
+    assert loop.run_until_complete(main()) == "from timer"
+
+
+def test_create_task_runs_the_coroutine(loop):
+    async def compute():
+        await asyncio.sleep(0)
+        return 7
+
+    task = loop.create_task(compute())
+    assert isinstance(task, asyncio.Task)
+    assert task.get_loop() is loop
+    assert loop.run_until_complete(task) == 7
+
+
+def test_create_task_name(loop):
+    async def noop():
+        pass
+
+    task = loop.create_task(noop(), name="my-task")
+    assert task.get_name() == "my-task"
+    loop.run_until_complete(task)
+
+
+def test_create_task_default_name(loop):
+    async def noop():
+        pass
+
+    task = loop.create_task(noop())
+    assert task.get_name().startswith("Task-")
+    loop.run_until_complete(task)
+
+
+def test_create_task_runs_in_given_context(loop):
+    context = contextvars.copy_context()
+    context.run(request_id.set, "task-context")
+
+    async def read():
+        await asyncio.sleep(0)
+        value = request_id.get()
+        request_id.set("changed-by-task")
+        return value
+
+    task = loop.create_task(read(), context=context)
+    assert loop.run_until_complete(task) == "task-context"
+    assert context[request_id] == "changed-by-task"
+    assert request_id.get() == "unset"
+
+
+def test_create_task_rejects_non_coroutine(loop):
+    with pytest.raises(TypeError):
+        loop.create_task(42)
+
+
+def test_current_task_inside_a_task(loop):
+    async def main():
+        return asyncio.current_task()
+
+    task = loop.create_task(main())
+    assert loop.run_until_complete(task) is task
+
+
+def test_all_tasks_lists_pending_tasks_of_the_loop(loop):
+    async def wait_forever(future):
+        await future
+
+    async def main():
+        future = loop.create_future()
+        task = loop.create_task(wait_forever(future))
+        await asyncio.sleep(0)
+        tasks = asyncio.all_tasks()
+        future.set_result(None)
+        await task
+        return task, tasks
+
+    task, tasks = loop.run_until_complete(main())
+    assert task in tasks
+
+
+def test_task_cancel_raises_cancelled_error_inside(loop):
+    seen = []
+
+    async def victim():
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    async def main():
+        task = loop.create_task(victim())
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return task
+
+    task = loop.run_until_complete(main())
+    assert task.cancelled()
+    assert seen == ["cancelled"]
+
+
+def test_asyncio_timeout_fires_at_its_deadline(loop):
+    async def main():
+        start = loop.time()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.05):
+                await asyncio.sleep(3600)
+        return loop.time() - start
+
+    assert loop.run_until_complete(main()) >= 0.05
+
+
+def test_asyncio_timeout_can_be_rescheduled(loop):
+    async def main():
+        async with asyncio.timeout(3600) as timeout:
+            timeout.reschedule(loop.time() + 0.01)
+            await asyncio.sleep(3600)
+
+    with pytest.raises(TimeoutError):
+        loop.run_until_complete(main())
+
+
+def test_wait_for_times_out(loop):
+    async def main():
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.sleep(3600), 0.01)
+
+    loop.run_until_complete(main())
+
+
+def test_sleep_does_not_return_early(loop):
+    async def main():
+        start = loop.time()
+        await asyncio.sleep(0.05)
+        return loop.time() - start
+
+    assert loop.run_until_complete(main()) >= 0.05
+
+
+def test_sleep_zero_yields_to_other_tasks(loop):
+    order = []
+
+    async def worker(name):
+        for i in range(3):
+            order.append((name, i))
+            await asyncio.sleep(0)
+
+    async def main():
+        await asyncio.gather(worker("a"), worker("b"))
+
+    loop.run_until_complete(main())
+    assert order == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2)]
+
+
+def test_task_group_runs_children(loop):
+    async def child(i):
+        await asyncio.sleep(0.001 * i)
+        return i
+
+    async def main():
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(child(i)) for i in range(5)]
+        return [task.result() for task in tasks]
+
+    assert loop.run_until_complete(main()) == [0, 1, 2, 3, 4]
+
+
+def test_many_tasks_complete(loop):
+    async def child(i):
+        await asyncio.sleep(0)
+        return i
+
+    async def main():
+        return await asyncio.gather(*(child(i) for i in range(2000)))
+
+    assert loop.run_until_complete(main()) == list(range(2000))

@@ -1,0 +1,381 @@
+"""add_reader / remove_reader / add_writer / remove_writer on socketpairs."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+
+@pytest.fixture
+def pair():
+    left, right = socket.socketpair()
+    left.setblocking(False)
+    right.setblocking(False)
+    yield left, right
+    left.close()
+    right.close()
+
+
+def run_once(loop):
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+
+
+def test_reader_fires_when_data_arrives(loop, pair):
+    left, right = pair
+    received = []
+
+    def on_readable():
+        received.append(left.recv(100))
+        loop.stop()
+
+    loop.add_reader(left, on_readable)
+    loop.call_soon(right.send, b"ping")
+    loop.run_forever()
+    assert received == [b"ping"]
+    assert loop.remove_reader(left)
+
+
+def test_reader_accepts_a_raw_file_descriptor(loop, pair):
+    left, right = pair
+    received = []
+
+    def on_readable():
+        received.append(left.recv(100))
+        loop.stop()
+
+    loop.add_reader(left.fileno(), on_readable)
+    right.send(b"fd")
+    loop.run_forever()
+    assert received == [b"fd"]
+    assert loop.remove_reader(left.fileno())
+
+
+def test_reader_receives_its_arguments(loop, pair):
+    left, right = pair
+    received = []
+
+    def on_readable(*args):
+        received.append(args)
+        left.recv(100)
+        loop.stop()
+
+    loop.add_reader(left, on_readable, "a", 2)
+    right.send(b"x")
+    loop.run_forever()
+    assert received == [("a", 2)]
+    loop.remove_reader(left)
+
+
+def test_reader_does_not_fire_without_data(loop, pair):
+    left, _ = pair
+    fired = []
+    loop.add_reader(left, fired.append, "readable")
+    loop.call_later(0.02, loop.stop)
+    loop.run_forever()
+    assert fired == []
+    assert loop.remove_reader(left)
+
+
+def test_reader_is_level_triggered(loop, pair):
+    # Data left unread keeps the descriptor readable: the reader fires again in each
+    # iteration until the data is consumed.
+    left, right = pair
+    calls = []
+
+    def on_readable():
+        calls.append(len(calls))
+        if len(calls) == 3:
+            left.recv(100)
+            loop.call_later(0.02, loop.stop)
+
+    loop.add_reader(left, on_readable)
+    right.send(b"unread")
+    loop.run_forever()
+    assert calls == [0, 1, 2]
+    assert loop.remove_reader(left)
+
+
+def test_remove_reader_returns_whether_a_reader_was_registered(loop, pair):
+    left, _ = pair
+    assert loop.remove_reader(left) is False
+    loop.add_reader(left, print)
+    assert loop.remove_reader(left) is True
+    assert loop.remove_reader(left) is False
+
+
+def test_removed_reader_does_not_fire(loop, pair):
+    left, right = pair
+    fired = []
+    loop.add_reader(left, fired.append, "removed")
+    loop.remove_reader(left)
+    right.send(b"data")
+    loop.call_later(0.02, loop.stop)
+    loop.run_forever()
+    assert fired == []
+
+
+def test_add_reader_replaces_the_previous_reader(loop, pair):
+    left, right = pair
+    fired = []
+
+    def second():
+        fired.append("second")
+        left.recv(100)
+        loop.stop()
+
+    loop.add_reader(left, fired.append, "first")
+    loop.add_reader(left, second)
+    right.send(b"data")
+    loop.run_forever()
+    assert fired == ["second"]
+    assert loop.remove_reader(left) is True
+    assert loop.remove_reader(left) is False
+
+
+def test_reader_can_remove_itself(loop, pair):
+    left, right = pair
+    fired = []
+
+    def once():
+        fired.append("once")
+        loop.remove_reader(left)
+
+    loop.add_reader(left, once)
+    right.send(b"data")
+    loop.call_later(0.02, loop.stop)
+    loop.run_forever()
+    assert fired == ["once"]
+
+
+def test_reader_removed_by_another_ready_callback_does_not_fire(loop):
+    first_pair = socket.socketpair()
+    second_pair = socket.socketpair()
+    try:
+        fired = []
+
+        def remove_the_other(mine, other):
+            fired.append(mine)
+            loop.remove_reader(other)
+            loop.remove_reader(mine)
+
+        first, second = first_pair[0], second_pair[0]
+        first_pair[1].send(b"x")
+        second_pair[1].send(b"x")
+        loop.add_reader(first, remove_the_other, first, second)
+        loop.add_reader(second, remove_the_other, second, first)
+        loop.call_later(0.02, loop.stop)
+        loop.run_forever()
+        # Both became readable in the same poll; whichever ran first removed the other.
+        assert len(fired) == 1
+    finally:
+        for sock in (*first_pair, *second_pair):
+            sock.close()
+
+
+def test_writer_fires_when_writable(loop, pair):
+    left, _ = pair
+    fired = []
+
+    def on_writable(tag):
+        fired.append(tag)
+        loop.remove_writer(left)
+        loop.stop()
+
+    loop.add_writer(left, on_writable, "writable")
+    loop.run_forever()
+    assert fired == ["writable"]
+
+
+def test_remove_writer_returns_whether_a_writer_was_registered(loop, pair):
+    left, _ = pair
+    assert loop.remove_writer(left) is False
+    loop.add_writer(left, print)
+    assert loop.remove_writer(left) is True
+    assert loop.remove_writer(left) is False
+
+
+def test_add_writer_replaces_the_previous_writer(loop, pair):
+    left, _ = pair
+    fired = []
+
+    def second():
+        fired.append("second")
+        loop.remove_writer(left)
+        loop.stop()
+
+    loop.add_writer(left, fired.append, "first")
+    loop.add_writer(left, second)
+    loop.run_forever()
+    assert fired == ["second"]
+
+
+def test_writer_fires_again_once_a_full_buffer_drains(loop, pair):
+    left, right = pair
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    chunk = b"x" * 65536
+    with pytest.raises(BlockingIOError):
+        while True:
+            left.send(chunk)
+    fired = []
+
+    def on_writable():
+        fired.append("drained")
+        loop.remove_writer(left)
+        loop.stop()
+
+    def drain():
+        try:
+            while right.recv(65536):
+                pass
+        except BlockingIOError:
+            pass
+
+    loop.add_writer(left, on_writable)
+    loop.call_later(0.02, drain)
+    loop.run_forever()
+    assert fired == ["drained"]
+
+
+def test_reader_and_writer_on_one_socket_are_independent(loop, pair):
+    left, right = pair
+    events = []
+
+    def on_writable():
+        events.append("writable")
+        loop.remove_writer(left)
+        right.send(b"data")
+
+    def on_readable():
+        events.append("readable")
+        left.recv(100)
+        loop.stop()
+
+    loop.add_reader(left, on_readable)
+    loop.add_writer(left, on_writable)
+    loop.run_forever()
+    assert events == ["writable", "readable"]
+    assert loop.remove_writer(left) is False
+    assert loop.remove_reader(left) is True
+
+
+def test_remove_reader_leaves_the_writer(loop, pair):
+    left, _ = pair
+    fired = []
+
+    def on_writable():
+        fired.append("writable")
+        loop.remove_writer(left)
+        loop.stop()
+
+    loop.add_reader(left, fired.append, "readable")
+    loop.add_writer(left, on_writable)
+    assert loop.remove_reader(left) is True
+    loop.run_forever()
+    assert fired == ["writable"]
+
+
+def test_reader_exception_goes_to_the_handler_and_the_loop_goes_on(
+    loop, pair, exception_handler_calls
+):
+    left, right = pair
+
+    def failing_reader():
+        left.recv(100)
+        raise OSError("reader failed")
+
+    loop.add_reader(left, failing_reader)
+    right.send(b"x")
+    loop.call_later(0.02, loop.stop)
+    loop.run_forever()
+    assert loop.remove_reader(left) is True
+    (context,) = exception_handler_calls.consume()
+    assert isinstance(context["exception"], OSError)
+    assert {"message", "exception", "handle"} <= context.keys()
+
+
+def test_reader_sees_eof_when_the_peer_closes(loop, pair):
+    left, right = pair
+    received = []
+
+    def on_readable():
+        received.append(left.recv(100))
+        loop.remove_reader(left)
+        loop.stop()
+
+    loop.add_reader(left, on_readable)
+    loop.call_soon(right.close)
+    loop.run_forever()
+    assert received == [b""]
+
+
+def test_reader_with_a_file_object(loop, pair):
+    left, right = pair
+
+    class FileLike:
+        def fileno(self):
+            return left.fileno()
+
+    fired = []
+
+    def on_readable():
+        fired.append(left.recv(100))
+        loop.stop()
+
+    loop.add_reader(FileLike(), on_readable)
+    right.send(b"file-like")
+    loop.run_forever()
+    assert fired == [b"file-like"]
+    assert loop.remove_reader(left.fileno()) is True
+
+
+def test_add_reader_rejects_invalid_file_object(loop):
+    with pytest.raises(ValueError, match="Invalid file object"):
+        loop.add_reader(object(), print)
+
+
+def test_add_reader_rejects_negative_fd(loop):
+    with pytest.raises(ValueError):
+        loop.add_reader(-1, print)
+
+
+def test_add_writer_rejects_invalid_file_object(loop):
+    with pytest.raises(ValueError, match="Invalid file object"):
+        loop.add_writer("not a file", print)
+
+
+def test_add_reader_after_close_raises(loop, pair):
+    loop.close()
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        loop.add_reader(pair[0], print)
+
+
+def test_remove_reader_after_close_returns_false(loop, pair):
+    loop.close()
+    assert loop.remove_reader(pair[0]) is False
+    assert loop.remove_writer(pair[0]) is False
+
+
+def test_many_readers_each_fire(loop):
+    pairs = [socket.socketpair() for _ in range(50)]
+    try:
+        fired = set()
+
+        def on_readable(index, sock):
+            sock.recv(100)
+            fired.add(index)
+            loop.remove_reader(sock)
+            if len(fired) == len(pairs):
+                loop.stop()
+
+        for index, (reader, _) in enumerate(pairs):
+            loop.add_reader(reader, on_readable, index, reader)
+        for _, writer in pairs:
+            writer.send(b"x")
+        loop.run_forever()
+        assert fired == set(range(50))
+    finally:
+        for reader, writer in pairs:
+            reader.close()
+            writer.close()

@@ -1,0 +1,86 @@
+"""set_task_factory / get_task_factory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+import pytest
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+
+class MyTask(asyncio.Task):
+    pass
+
+
+def test_task_factory_defaults_to_none(loop):
+    assert loop.get_task_factory() is None
+
+
+def test_task_factory_round_trips(loop):
+    def factory(loop, coro, **kwargs):
+        return MyTask(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(factory)
+    assert loop.get_task_factory() is factory
+    loop.set_task_factory(None)
+    assert loop.get_task_factory() is None
+
+
+def test_task_factory_rejects_non_callable(loop):
+    with pytest.raises(TypeError, match="task factory must be a callable or None"):
+        loop.set_task_factory(1)
+
+
+def test_create_task_uses_the_task_factory(loop):
+    calls = []
+
+    def factory(factory_loop, coro, **kwargs):
+        calls.append((factory_loop, kwargs))
+        return MyTask(coro, loop=factory_loop, **kwargs)
+
+    async def main():
+        return "made by factory"
+
+    loop.set_task_factory(factory)
+    task = loop.create_task(main())
+    assert isinstance(task, MyTask)
+    assert loop.run_until_complete(task) == "made by factory"
+    assert calls == [(loop, {})]
+
+
+def test_task_factory_gets_the_context_and_name_is_applied(loop):
+    received = []
+
+    def factory(factory_loop, coro, **kwargs):
+        received.append(kwargs)
+        return MyTask(coro, loop=factory_loop, **kwargs)
+
+    context = contextvars.copy_context()
+    context.run(request_id.set, "factory-context")
+
+    async def main():
+        return request_id.get()
+
+    loop.set_task_factory(factory)
+    task = loop.create_task(main(), name="named", context=context)
+    assert task.get_name() == "named"
+    assert loop.run_until_complete(task) == "factory-context"
+    assert received == [{"context": context}]
+
+
+def test_run_until_complete_uses_the_task_factory(loop):
+    made = []
+
+    def factory(factory_loop, coro, **kwargs):
+        task = MyTask(coro, loop=factory_loop, **kwargs)
+        made.append(task)
+        return task
+
+    async def main():
+        return 1
+
+    loop.set_task_factory(factory)
+    assert loop.run_until_complete(main()) == 1
+    assert len(made) == 1
