@@ -32,5 +32,7 @@ def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None) -> T:
     Ctrl-C cancels ``main`` and raises ``KeyboardInterrupt`` once it has finished, exactly as
     ``asyncio.run`` does (the same ``asyncio.Runner`` drives both).
     """
+    if asyncio.events._get_running_loop() is not None:
+        raise RuntimeError("ferroloop.run() cannot be called from a running event loop")
     with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:
         return runner.run(main)

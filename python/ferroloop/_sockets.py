@@ -20,10 +20,11 @@ from typing import Any
 _RETRY = (BlockingIOError, InterruptedError)
 
 
-def _check_sock(sock: socket.socket) -> None:
+def _check_sock(loop: Any, sock: socket.socket) -> None:
+    """asyncio's checks: never an SSL socket; in debug mode, only non-blocking sockets."""
     if isinstance(sock, ssl.SSLSocket):
         raise TypeError("Socket cannot be of type SSLSocket")
-    if sock.gettimeout() != 0:
+    if loop._debug and sock.gettimeout() != 0:
         raise ValueError("the socket must be non-blocking")
 
 
@@ -86,7 +87,7 @@ class SocketOps:
     # -- reads ----------------------------------------------------------------------------------
 
     async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
-        _check_sock(sock)
+        _check_sock(self, sock)
         try:
             return sock.recv(n)
         except _RETRY:
@@ -94,7 +95,7 @@ class SocketOps:
         return await self._wait_readable(sock, self._complete, sock.recv, n)
 
     async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
-        _check_sock(sock)
+        _check_sock(self, sock)
         try:
             return sock.recv_into(buf)
         except _RETRY:
@@ -102,7 +103,7 @@ class SocketOps:
         return await self._wait_readable(sock, self._complete, sock.recv_into, buf)
 
     async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
-        _check_sock(sock)
+        _check_sock(self, sock)
         try:
             return sock.recvfrom(bufsize)
         except _RETRY:
@@ -112,7 +113,7 @@ class SocketOps:
     async def sock_recvfrom_into(
         self, sock: socket.socket, buf: Any, nbytes: int = 0
     ) -> tuple[int, Any]:
-        _check_sock(sock)
+        _check_sock(self, sock)
         if not nbytes:
             nbytes = len(buf)
         try:
@@ -122,7 +123,7 @@ class SocketOps:
         return await self._wait_readable(sock, self._complete, sock.recvfrom_into, buf, nbytes)
 
     async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, Any]:
-        _check_sock(sock)
+        _check_sock(self, sock)
         try:
             conn, address = sock.accept()
         except _RETRY:
@@ -133,7 +134,7 @@ class SocketOps:
     # -- writes ---------------------------------------------------------------------------------
 
     async def sock_sendall(self, sock: socket.socket, data: Any) -> None:
-        _check_sock(sock)
+        _check_sock(self, sock)
         view = _byte_view(data)
         try:
             sent = sock.send(view)
@@ -163,7 +164,7 @@ class SocketOps:
             pos[0] = start
 
     async def sock_sendto(self, sock: socket.socket, data: Any, address: Any) -> int:
-        _check_sock(sock)
+        _check_sock(self, sock)
         try:
             return sock.sendto(data, address)
         except _RETRY:
@@ -171,7 +172,7 @@ class SocketOps:
         return await self._wait_writable(sock, self._complete, sock.sendto, data, address)
 
     async def sock_connect(self, sock: socket.socket, address: Any) -> None:
-        _check_sock(sock)
+        _check_sock(self, sock)
         if sock.family == socket.AF_INET or (
             base_events._HAS_IPv6 and sock.family == socket.AF_INET6
         ):
@@ -226,8 +227,14 @@ class SocketOps:
                     await self._wait_writable(sock, _set_none)
                     continue
                 except OSError as exc:
-                    if total == 0 and exc.errno == errno.ENOTSOCK:
-                        raise exceptions.SendfileNotAvailableError("not a socket") from exc
+                    # As asyncio: a failure before the first byte means "use the fallback";
+                    # a peer gone mid-way is a ConnectionError on every platform.
+                    if total == 0:
+                        raise exceptions.SendfileNotAvailableError(
+                            "os.sendfile call failed"
+                        ) from exc
+                    if exc.errno == errno.ENOTCONN and type(exc) is not ConnectionError:
+                        raise ConnectionError("socket is not connected", errno.ENOTCONN) from exc
                     raise
                 if sent == 0:
                     break

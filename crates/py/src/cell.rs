@@ -1,50 +1,88 @@
-//! `LoopCell`: the loop's mutable state, shared between the loop thread and Python callers.
+//! `LoopCell`: mutable state that only GIL holders touch.
 //!
 //! Invariants:
-//! - The state is only touched with the GIL held, so in practice the lock is never contended;
-//!   it exists so that misuse (a non-thread-safe loop method called from another thread while the
-//!   loop waits in epoll with the GIL released) is an error instead of a data race.
-//! - The lock is only ever *tried*, never waited for, so it cannot deadlock: re-entering it
-//!   (a destructor run inside a locked section calling back into the loop) raises `RuntimeError`.
-//! - Python objects removed from the state are returned out of the locked section and dropped
+//! - Every access takes a `Python<'_>` token, so it happens with the GIL held; the GIL
+//!   serializes all such accesses, and acquiring/releasing it orders memory between threads.
+//!   That is why the cell can be `Sync` without a locked instruction on the hot path.
+//! - A borrow flag still guards against overlap: a guard kept across `Python::detach`, or a
+//!   destructor that runs while the state is borrowed and calls back into the loop, makes the
+//!   second borrow fail with `RuntimeError` instead of aliasing the state.
+//! - Python objects removed from the state are returned out of the borrowed section and dropped
 //!   after it, because dropping one can run arbitrary Python code.
 
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use pyo3::exceptions::PyRuntimeError;
-use pyo3::PyResult;
+use pyo3::{PyResult, Python};
 
-#[derive(Debug, Default)]
+#[cfg(Py_GIL_DISABLED)]
+compile_error!("LoopCell relies on the GIL to serialize access");
+
 pub struct LoopCell<T> {
-    inner: Mutex<T>,
+    borrowed: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is only reached through `borrow`/`try_borrow_for_gc`, which require the GIL
+// (a `Python` token, or running inside the garbage collector, which holds it). GIL holders are
+// serialized, the flag prevents overlapping borrows, and `T: Send` lets the value be used from
+// whichever thread holds the GIL.
+unsafe impl<T: Send> Sync for LoopCell<T> {}
+
+pub struct Guard<'a, T> {
+    cell: &'a LoopCell<T>,
 }
 
 impl<T> LoopCell<T> {
     pub fn new(value: T) -> Self {
         Self {
-            inner: Mutex::new(value),
+            borrowed: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
         }
     }
 
-    /// Locks the state or explains why it cannot.
-    pub fn lock(&self) -> PyResult<MutexGuard<'_, T>> {
-        match self.inner.try_lock() {
-            Ok(g) => Ok(g),
-            Err(TryLockError::Poisoned(p)) => Ok(p.into_inner()),
-            Err(TryLockError::WouldBlock) => Err(PyRuntimeError::new_err(
+    /// Borrows the state or explains why it cannot.
+    pub fn borrow(&self, _py: Python<'_>) -> PyResult<Guard<'_, T>> {
+        self.try_borrow_for_gc().ok_or_else(|| {
+            PyRuntimeError::new_err(
                 "ferroloop: loop state is in use (a non-thread-safe loop method was called from \
                  another thread, or re-entrantly from a destructor); use call_soon_threadsafe",
-            )),
-        }
+            )
+        })
     }
 
-    /// Locks for the garbage collector: `None` if the state is in use right now, in which case
-    /// the caller skips it (skipping a visit only keeps objects alive, never frees them early).
-    pub fn try_lock_for_gc(&self) -> Option<MutexGuard<'_, T>> {
-        match self.inner.try_lock() {
-            Ok(g) => Some(g),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
+    /// Borrows for the garbage collector (which runs with the GIL held): `None` if the state is
+    /// in use right now, in which case the caller skips it (skipping a visit only keeps objects
+    /// alive, never frees them early).
+    pub fn try_borrow_for_gc(&self) -> Option<Guard<'_, T>> {
+        if self.borrowed.load(Ordering::Acquire) {
+            return None;
         }
+        self.borrowed.store(true, Ordering::Release);
+        Some(Guard { cell: self })
+    }
+}
+
+impl<T> Deref for Guard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard exists only while `borrowed` is set by it, so no other reference to
+        // the value exists (see the module invariants).
+        unsafe { &*self.cell.value.get() }
+    }
+}
+
+impl<T> DerefMut for Guard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only use of the guard.
+        unsafe { &mut *self.cell.value.get() }
+    }
+}
+
+impl<T> Drop for Guard<'_, T> {
+    fn drop(&mut self) {
+        self.cell.borrowed.store(false, Ordering::Release);
     }
 }

@@ -45,12 +45,15 @@ const WAKER_TOKEN: u64 = u64::MAX;
 /// asyncio's `_clock_resolution` for `time.monotonic()`.
 const CLOCK_RESOLUTION: f64 = 1e-9;
 
+/// Rust code to run on the loop thread with the GIL.
+pub type RustTask = Box<dyn FnOnce(Python<'_>) -> PyResult<()> + Send>;
+
 /// Work handed to the loop from another thread.
 pub enum Injected {
     /// A handle from `call_soon_threadsafe`: queued like `call_soon`.
     Handle(Py<Handle>),
     /// Rust code to run on the loop thread with the GIL (the server's path, and `LoopRemote`).
-    Task(Box<dyn FnOnce(Python<'_>) -> PyResult<()> + Send>),
+    Task(RustTask),
 }
 
 pub struct Shared {
@@ -131,7 +134,7 @@ pub struct LoopCore {
     shared: Arc<Shared>,
     /// Loop-thread scratch space; never touched by other threads.
     events: Mutex<Events>,
-    injected: Mutex<Vec<Injected>>,
+    injected_tasks: Mutex<Vec<RustTask>>,
 }
 
 fn closed_error() -> PyErr {
@@ -245,14 +248,18 @@ impl LoopCore {
         }
         let debug = this.flags.debug();
         if debug {
-            Self::check_thread(slf, this.state.lock()?.thread_id)?;
+            Self::check_thread(slf, this.state.borrow(py)?.thread_id)?;
         }
         let base = Self::make_handle(slf, method, callback, args, context, debug)?;
         let timer = Py::new(
             py,
             PyClassInitializer::from(base).add_subclass(TimerHandle::new(when)),
         )?;
-        let id = this.state.lock()?.timers.insert(when, timer.clone_ref(py));
+        let id = this
+            .state
+            .borrow(py)?
+            .timers
+            .insert(when, timer.clone_ref(py));
         timer.get().set_timer_id(id.to_bits());
         Ok(timer)
     }
@@ -262,7 +269,11 @@ impl LoopCore {
         if bits == NOT_SCHEDULED {
             return Ok(());
         }
-        let removed = self.state.lock()?.timers.remove(TimerId::from_bits(bits));
+        let removed = self
+            .state
+            .borrow(py)?
+            .timers
+            .remove(TimerId::from_bits(bits));
         let _ = py;
         drop(removed);
         Ok(())
@@ -288,7 +299,7 @@ impl LoopCore {
             Self::make_handle(slf, method, callback, args, None, debug)?,
         )?;
         let old = {
-            let mut st = this.state.lock()?;
+            let mut st = this.state.borrow(py)?;
             let existed = st.fds.contains_key(&fd);
             let entry = st.fds.entry(fd).or_default();
             let slot = if write {
@@ -339,7 +350,7 @@ impl LoopCore {
             if this.flags.closed() {
                 return Ok(false);
             }
-            let mut st = this.state.lock()?;
+            let mut st = this.state.borrow(py)?;
             let Some(entry) = st.fds.get_mut(&fd) else {
                 return Ok(false);
             };
@@ -370,7 +381,7 @@ impl LoopCore {
     fn run_once(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let timeout = this.poll_timeout()?;
+        let timeout = this.poll_timeout(py)?;
         let waker_fired = this.poll_and_queue(py, timeout)?;
         this.shared.injector.woke(waker_fired)?;
         if waker_fired || this.shared.injector.has_pending() {
@@ -384,8 +395,8 @@ impl LoopCore {
     }
 
     /// Step 1: zero with work pending, else until the earliest timer, else forever (`None`).
-    fn poll_timeout(&self) -> PyResult<Option<Duration>> {
-        let st = self.state.lock()?;
+    fn poll_timeout(&self, py: Python<'_>) -> PyResult<Option<Duration>> {
+        let st = self.state.borrow(py)?;
         if !st.ready.is_empty() || self.flags.stopping() {
             return Ok(Some(Duration::ZERO));
         }
@@ -424,7 +435,7 @@ impl LoopCore {
             Err(e) => return Err(e.into()),
         }
         let mut waker_fired = false;
-        let mut st = self.state.lock()?;
+        let mut st = self.state.borrow(py)?;
         let State { ready, fds, .. } = &mut *st;
         for (token, r) in events.iter() {
             if token == WAKER_TOKEN {
@@ -449,7 +460,7 @@ impl LoopCore {
     /// Step 4: timers due before now + clock resolution join the ready queue.
     fn queue_due_timers(&self, py: Python<'_>) -> PyResult<()> {
         let end = clock::monotonic() + CLOCK_RESOLUTION;
-        let mut st = self.state.lock()?;
+        let mut st = self.state.borrow(py)?;
         let State { ready, timers, .. } = &mut *st;
         while let Some(t) = timers.pop_before(end) {
             t.get().set_timer_id(NOT_SCHEDULED);
@@ -463,7 +474,7 @@ impl LoopCore {
     fn run_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let mut batch = std::mem::take(&mut this.state.lock()?.ready);
+        let mut batch = std::mem::take(&mut this.state.borrow(py)?.ready);
         let debug = this.flags.debug();
         while let Some(handle) = batch.pop_front() {
             let handle = handle.into_bound(py);
@@ -478,44 +489,53 @@ impl LoopCore {
             };
             if let Err(e) = result {
                 // KeyboardInterrupt/SystemExit: the rest stays queued, in order, for the next run.
-                let mut st = this.state.lock()?;
+                let mut st = this.state.borrow(py)?;
                 batch.append(&mut st.ready);
                 st.ready = batch;
                 return Err(e);
             }
         }
         // Keep the larger allocation for the next iteration.
-        let mut st = this.state.lock()?;
+        let mut st = this.state.borrow(py)?;
         if st.ready.is_empty() && batch.capacity() > st.ready.capacity() {
             st.ready = batch;
         }
         Ok(())
     }
 
+    /// Moves everything injected so far into the loop: handles join the ready queue in push
+    /// order, Rust tasks wait in `injected_tasks` for `take_injected`.
+    fn drain_injector(&self, py: Python<'_>) -> PyResult<()> {
+        if !self.shared.injector.has_pending() {
+            return Ok(());
+        }
+        let mut batch = Vec::new();
+        self.shared.injector.drain_into(&mut batch);
+        let mut tasks = self
+            .injected_tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut st = self.state.borrow(py)?;
+        for item in batch {
+            match item {
+                Injected::Handle(h) => st.ready.push_back(h),
+                Injected::Task(t) => tasks.push(t),
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 3b: drains the injector and runs the Rust tasks handed over by other threads.
     fn take_injected(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let mut batch = std::mem::take(
+        this.drain_injector(py)?;
+        let tasks = std::mem::take(
             &mut *this
-                .injected
+                .injected_tasks
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        this.shared.injector.drain_into(&mut batch);
-        let mut tasks = Vec::new();
-        {
-            let mut st = this.state.lock()?;
-            for item in batch.drain(..) {
-                match item {
-                    Injected::Handle(h) => st.ready.push_back(h),
-                    Injected::Task(t) => tasks.push(t),
-                }
-            }
-        }
-        *this
-            .injected
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = batch;
         for task in tasks {
             if let Err(e) = task(py) {
                 crate::handle::report_failure(slf.as_any(), &slf.clone().into_any().unbind(), e)?;
@@ -550,7 +570,7 @@ impl LoopCore {
             flags: Flags::default(),
             shared: Arc::new(shared),
             events: Mutex::new(Events::with_capacity(64)),
-            injected: Mutex::new(Vec::new()),
+            injected_tasks: Mutex::new(Vec::new()),
         })
     }
 
@@ -573,13 +593,15 @@ impl LoopCore {
         }
         let debug = this.flags.debug();
         if debug {
-            Self::check_thread(slf, this.state.lock()?.thread_id)?;
+            Self::check_thread(slf, this.state.borrow(py)?.thread_id)?;
         }
         let handle = Py::new(
             py,
             Self::make_handle(slf, "call_soon", callback, args, context, debug)?,
         )?;
-        this.state.lock()?.ready.push_back(handle.clone_ref(py));
+        // Handles other threads queued earlier go first: asyncio has one FIFO for both.
+        this.drain_injector(py)?;
+        this.state.borrow(py)?.ready.push_back(handle.clone_ref(py));
         Ok(handle)
     }
 
@@ -600,10 +622,20 @@ impl LoopCore {
             py,
             Self::make_handle(slf, "call_soon_threadsafe", callback, args, context, debug)?,
         )?;
-        let _ = this
-            .shared
-            .injector
-            .push(Injected::Handle(handle.clone_ref(py)))?;
+        let tid = this.state.borrow(py)?.thread_id;
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() } as u64;
+        if tid.is_none_or(|t| t == me) {
+            // On the loop's own thread (or a loop nobody runs) nothing can be asleep in epoll:
+            // queue directly, after anything injected earlier, so FIFO holds as in asyncio.
+            this.drain_injector(py)?;
+            this.state.borrow(py)?.ready.push_back(handle.clone_ref(py));
+        } else {
+            let _ = this
+                .shared
+                .injector
+                .push(Injected::Handle(handle.clone_ref(py)))?;
+        }
         Ok(handle)
     }
 
@@ -636,6 +668,49 @@ impl LoopCore {
         }
         let when: f64 = when.extract()?;
         Self::schedule_timer(slf, when, callback, args, context, "call_at")
+    }
+
+    /// `asyncio.Future(loop=self)`, without a Python frame in between.
+    fn create_future(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item(intern!(py, "loop"), slf)?;
+        Ok(crate::hooks::future_type(py)?
+            .call((), Some(&kwargs))?
+            .unbind())
+    }
+
+    /// `asyncio.Task(coro, loop=self, name=name, context=context)`; a task factory or debug mode
+    /// goes through asyncio's own `create_task`.
+    #[pyo3(signature = (coro, *, name=None, context=None))]
+    fn create_task(
+        slf: &Bound<'_, Self>,
+        coro: &Bound<'_, PyAny>,
+        name: Option<&Bound<'_, PyAny>>,
+        context: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        let kwargs = pyo3::types::PyDict::new(py);
+        if let Some(name) = name {
+            kwargs.set_item(intern!(py, "name"), name)?;
+        }
+        if let Some(context) = context {
+            kwargs.set_item(intern!(py, "context"), context)?;
+        }
+        let factory = slf.getattr(intern!(py, "_task_factory"))?;
+        if this.flags.debug() || !factory.is_none() {
+            return Ok(crate::hooks::base_create_task(py)?
+                .call((slf, coro), Some(&kwargs))?
+                .unbind());
+        }
+        if this.flags.closed() {
+            return Err(closed_error());
+        }
+        kwargs.set_item(intern!(py, "loop"), slf)?;
+        Ok(crate::hooks::task_type(py)?
+            .call((coro,), Some(&kwargs))?
+            .unbind())
     }
 
     /// `add_reader` that returns the handle (asyncio's `_add_reader`).
@@ -688,9 +763,9 @@ impl LoopCore {
     }
 
     /// Whether `fd` has a reader or writer registered (for tests and `_ensure_fd_no_transport`).
-    fn _fd_registered(&self, fd: &Bound<'_, PyAny>) -> PyResult<(bool, bool)> {
+    fn _fd_registered(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<(bool, bool)> {
         let fd = fileobj_to_fd(fd)?;
-        let st = self.state.lock()?;
+        let st = self.state.borrow(py)?;
         Ok(st
             .fds
             .get(&fd)
@@ -704,8 +779,8 @@ impl LoopCore {
         Ok(())
     }
 
-    fn is_running(&self) -> PyResult<bool> {
-        Ok(self.state.lock()?.thread_id.is_some())
+    fn is_running(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.state.borrow(py)?.thread_id.is_some())
     }
 
     fn is_closed(&self) -> bool {
@@ -743,24 +818,24 @@ impl LoopCore {
     }
 
     #[getter(_thread_id)]
-    fn attr_thread_id(&self) -> PyResult<Option<u64>> {
-        Ok(self.state.lock()?.thread_id)
+    fn attr_thread_id(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        Ok(self.state.borrow(py)?.thread_id)
     }
 
     #[setter(_thread_id)]
-    fn set_attr_thread_id(&self, value: Option<u64>) -> PyResult<()> {
-        self.state.lock()?.thread_id = value;
+    fn set_attr_thread_id(&self, py: Python<'_>, value: Option<u64>) -> PyResult<()> {
+        self.state.borrow(py)?.thread_id = value;
         Ok(())
     }
 
     /// Number of handles waiting in the ready queue (asyncio's `len(loop._ready)`).
-    fn _ready_count(&self) -> PyResult<usize> {
-        Ok(self.state.lock()?.ready.len())
+    fn _ready_count(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.state.borrow(py)?.ready.len())
     }
 
     /// Number of scheduled (not cancelled, not fired) timers.
-    fn _timer_count(&self) -> PyResult<usize> {
-        Ok(self.state.lock()?.timers.len())
+    fn _timer_count(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.state.borrow(py)?.timers.len())
     }
 
     fn _run_once(slf: &Bound<'_, Self>) -> PyResult<()> {
@@ -781,7 +856,7 @@ impl LoopCore {
     /// their owners. Called by `Loop.close()`.
     fn _close_native(&self, py: Python<'_>) -> PyResult<()> {
         let (ready, timers, fds) = {
-            let mut st = self.state.lock()?;
+            let mut st = self.state.borrow(py)?;
             self.flags.closed.store(true, Ordering::Relaxed);
             let fds: Vec<_> = st.fds.drain().collect();
             for (fd, _) in &fds {
@@ -822,7 +897,7 @@ impl LoopCore {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        if let Some(st) = self.state.try_lock_for_gc() {
+        if let Some(st) = self.state.try_borrow_for_gc() {
             for h in &st.ready {
                 visit.call(h)?;
             }
@@ -835,7 +910,7 @@ impl LoopCore {
     }
 
     fn __clear__(&self) {
-        let taken = self.state.try_lock_for_gc().map(|mut st| {
+        let taken = self.state.try_borrow_for_gc().map(|mut st| {
             let fds: Vec<_> = st.fds.drain().collect();
             for (fd, _) in &fds {
                 let _ = self.shared.poller.delete(*fd);

@@ -10,7 +10,6 @@
 //!   loop thread changes it (on schedule, fire, cancel, close).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit};
 use pyo3::ffi;
@@ -21,6 +20,7 @@ use pyo3::pyclass::CompareOp;
 use pyo3::types::PyTuple;
 use pyo3::PyTraverseError;
 
+use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
 use crate::hooks;
 
@@ -34,15 +34,11 @@ struct Inner {
 
 #[pyclass(module = "ferroloop", name = "Handle", subclass, frozen, weakref)]
 pub struct Handle {
-    inner: Mutex<Inner>,
+    inner: LoopCell<Inner>,
     cancelled: AtomicBool,
     context: Py<PyAny>,
     loop_: Py<PyAny>,
     source_traceback: Option<Py<PyAny>>,
-}
-
-fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Handle {
@@ -54,7 +50,7 @@ impl Handle {
         source_traceback: Option<Py<PyAny>>,
     ) -> Self {
         Self {
-            inner: Mutex::new(Inner {
+            inner: LoopCell::new(Inner {
                 callback: Some(callback),
                 args: Some(args),
                 repr: None,
@@ -77,7 +73,7 @@ impl Handle {
         let py = slf.py();
         let this = slf.get();
         let (callback, args) = {
-            let g = lock(&this.inner);
+            let g = this.inner.borrow(py)?;
             match (&g.callback, &g.args) {
                 (Some(c), Some(a)) => (c.clone_ref(py), a.clone_ref(py)),
                 _ => return Ok(()),
@@ -112,13 +108,14 @@ impl Handle {
 
     fn clear_call(&self, py: Python<'_>, freeze_repr: Option<Py<PyAny>>) {
         let dropped = {
-            let mut g = lock(&self.inner);
+            let Ok(mut g) = self.inner.borrow(py) else {
+                return;
+            };
             if freeze_repr.is_some() {
                 g.repr = freeze_repr;
             }
             (g.callback.take(), g.args.take())
         };
-        let _ = py;
         drop(dropped);
     }
 
@@ -178,12 +175,22 @@ impl Handle {
 
     #[getter]
     fn _callback(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        lock(&self.inner).callback.as_ref().map(|c| c.clone_ref(py))
+        self.inner
+            .borrow(py)
+            .ok()?
+            .callback
+            .as_ref()
+            .map(|c| c.clone_ref(py))
     }
 
     #[getter]
     fn _args(&self, py: Python<'_>) -> Option<Py<PyTuple>> {
-        lock(&self.inner).args.as_ref().map(|a| a.clone_ref(py))
+        self.inner
+            .borrow(py)
+            .ok()?
+            .args
+            .as_ref()
+            .map(|a| a.clone_ref(py))
     }
 
     #[getter]
@@ -208,19 +215,24 @@ impl Handle {
 
     #[getter]
     fn _repr(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        lock(&self.inner).repr.as_ref().map(|r| r.clone_ref(py))
+        self.inner
+            .borrow(py)
+            .ok()?
+            .repr
+            .as_ref()
+            .map(|r| r.clone_ref(py))
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
-        if let Some(r) = lock(&slf.get().inner).repr.as_ref() {
+        if let Some(r) = slf.get().inner.borrow(py)?.repr.as_ref() {
             return Ok(r.clone_ref(py));
         }
         Ok(hooks::call(py, "handle_repr", (slf,))?.unbind())
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        if let Ok(g) = self.inner.try_lock() {
+        if let Some(g) = self.inner.try_borrow_for_gc() {
             visit.call(&g.callback)?;
             visit.call(&g.args)?;
             visit.call(&g.repr)?;
@@ -232,7 +244,7 @@ impl Handle {
     }
 
     fn __clear__(&self) {
-        if let Ok(mut g) = self.inner.try_lock() {
+        if let Some(mut g) = self.inner.try_borrow_for_gc() {
             let taken = std::mem::take(&mut *g);
             drop(g);
             drop(taken);
@@ -337,7 +349,9 @@ impl TimerHandle {
 fn same_call(a: &Handle, b: &Handle, py: Python<'_>) -> PyResult<bool> {
     // One lock at a time: `a` and `b` may be the same handle.
     let call_of = |h: &Handle| {
-        let g = lock(&h.inner);
+        let Ok(g) = h.inner.borrow(py) else {
+            return (None, None);
+        };
         (
             g.callback.as_ref().map(|c| c.clone_ref(py)),
             g.args.as_ref().map(|t| t.clone_ref(py).into_any()),

@@ -15,3 +15,43 @@ pub fn call<'py>(
     let module = HOOKS.get_or_try_init(py, || py.import("ferroloop._hooks").map(Bound::unbind))?;
     module.bind(py).getattr(name)?.call1(args)
 }
+
+static FUTURE_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+static TASK_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+static BASE_CREATE_TASK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn cached<'py>(
+    py: Python<'py>,
+    cell: &'static PyOnceLock<Py<PyAny>>,
+    module: &str,
+    path: &[&str],
+) -> PyResult<&'py Bound<'py, PyAny>> {
+    cell.get_or_try_init(py, || {
+        let mut obj = py.import(module)?.into_any();
+        for name in path {
+            obj = obj.getattr(*name)?;
+        }
+        Ok(obj.unbind())
+    })
+    .map(|o| o.bind(py))
+}
+
+/// `asyncio.Future` (the C implementation when present, exactly what asyncio's loop uses).
+pub fn future_type(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    cached(py, &FUTURE_TYPE, "asyncio.futures", &["Future"])
+}
+
+/// `asyncio.Task`.
+pub fn task_type(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    cached(py, &TASK_TYPE, "asyncio.tasks", &["Task"])
+}
+
+/// `asyncio.BaseEventLoop.create_task`, for task factories and debug mode.
+pub fn base_create_task(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    cached(
+        py,
+        &BASE_CREATE_TASK,
+        "asyncio.base_events",
+        &["BaseEventLoop", "create_task"],
+    )
+}

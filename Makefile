@@ -1,0 +1,69 @@
+# The single definition of every check. `make help` lists the targets.
+# Everything runs inside .venv, which `make venv` creates from scratch on a fresh clone.
+
+PYTHON  ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PIP     := $(VENV)/bin/pip
+STAMP   := $(VENV)/.installed
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.DEFAULT_GOAL := help
+.PHONY: help venv build run test test-rust test-python test-cpython record-cpython lint fmt stubtest bench fuzz clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" ruff mypy
+	touch $(STAMP)
+
+venv: $(STAMP) ## Create .venv with the build and test tools
+
+build: $(STAMP) ## Build the extension (release) and install ferroloop into .venv
+	$(VENV)/bin/maturin develop --release -q
+
+run: build ## The main job: an echo server and 64 clients on ferroloop (examples/echo.py)
+	$(PY) examples/echo.py
+
+test: build test-rust test-python test-cpython ## The whole test suite: Rust units, our tests, CPython's asyncio suite
+
+test-rust: ## Rust unit tests of the core (no Python needed)
+	cargo test -q -p ferroloop-core
+
+test-python: build ## Our Python tests: each case on asyncio's loop and on ferroloop, plus leak tests
+	$(PY) -m pytest -q
+
+test-cpython: build ## CPython's test.test_asyncio against ferroloop; fails if the pass count drops
+	$(PY) tests/external/run_cpython_asyncio.py --check tests/external/cpython_asyncio_baseline.json
+
+record-cpython: build ## Re-record the CPython suite's pass count (only ever upwards)
+	$(PY) tests/external/run_cpython_asyncio.py --record tests/external/cpython_asyncio_baseline.json
+
+lint: $(STAMP) ## rustfmt, clippy -D warnings, ruff, ruff format, and stubtest of the native module
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -q -- -D warnings
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(MAKE) --no-print-directory stubtest
+
+stubtest: build ## Check python/ferroloop/_native.pyi against the built module
+	$(PY) -m mypy.stubtest ferroloop._native
+
+fmt: $(STAMP) ## Format Rust and Python sources
+	cargo fmt --all
+	$(VENV)/bin/ruff format .
+
+bench: build ## Loop benchmarks against asyncio, uvloop and rloop (tables + PNG in benchmarks/results)
+	$(PIP) install -q uvloop rloop matplotlib
+	$(PY) benchmarks/loop/run.py
+
+fuzz: ## Fuzz targets arrive with the HTTP parser (issue 4); nothing to fuzz in the loop core yet
+	@echo "no parsers yet: the loop core has no untrusted-input parser to fuzz"
+
+clean: ## Remove build outputs and the venv
+	cargo clean
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
