@@ -69,12 +69,14 @@ class SocketOps:
         return await fut
 
     @staticmethod
-    def _complete(fut: Any, op: Any, *args: Any) -> None:
-        """Retries ``op(*args)`` once the fd is ready; finishes ``fut`` unless it would block."""
+    def _complete(fut: Any, sock: socket.socket, method: str, *args: Any) -> None:
+        """Retries ``sock.<method>(*args)`` once the fd is ready; finishes ``fut`` unless it
+        would block. The method is looked up on every retry, as asyncio does, so a socket
+        object whose method was replaced meanwhile is honoured."""
         if fut.done():
             return
         try:
-            result = op(*args)
+            result = getattr(sock, method)(*args)
         except _RETRY:
             return
         except (SystemExit, KeyboardInterrupt):
@@ -92,7 +94,7 @@ class SocketOps:
             return sock.recv(n)
         except _RETRY:
             pass
-        return await self._wait_readable(sock, self._complete, sock.recv, n)
+        return await self._wait_readable(sock, self._complete, sock, "recv", n)
 
     async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
         _check_sock(self, sock)
@@ -100,7 +102,7 @@ class SocketOps:
             return sock.recv_into(buf)
         except _RETRY:
             pass
-        return await self._wait_readable(sock, self._complete, sock.recv_into, buf)
+        return await self._wait_readable(sock, self._complete, sock, "recv_into", buf)
 
     async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
         _check_sock(self, sock)
@@ -108,7 +110,7 @@ class SocketOps:
             return sock.recvfrom(bufsize)
         except _RETRY:
             pass
-        return await self._wait_readable(sock, self._complete, sock.recvfrom, bufsize)
+        return await self._wait_readable(sock, self._complete, sock, "recvfrom", bufsize)
 
     async def sock_recvfrom_into(
         self, sock: socket.socket, buf: Any, nbytes: int = 0
@@ -120,14 +122,14 @@ class SocketOps:
             return sock.recvfrom_into(buf, nbytes)
         except _RETRY:
             pass
-        return await self._wait_readable(sock, self._complete, sock.recvfrom_into, buf, nbytes)
+        return await self._wait_readable(sock, self._complete, sock, "recvfrom_into", buf, nbytes)
 
     async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, Any]:
         _check_sock(self, sock)
         try:
             conn, address = sock.accept()
         except _RETRY:
-            conn, address = await self._wait_readable(sock, self._complete, sock.accept)
+            conn, address = await self._wait_readable(sock, self._complete, sock, "accept")
         conn.setblocking(False)
         return conn, address
 
@@ -169,7 +171,7 @@ class SocketOps:
             return sock.sendto(data, address)
         except _RETRY:
             pass
-        return await self._wait_writable(sock, self._complete, sock.sendto, data, address)
+        return await self._wait_writable(sock, self._complete, sock, "sendto", data, address)
 
     async def sock_connect(self, sock: socket.socket, address: Any) -> None:
         _check_sock(self, sock)
