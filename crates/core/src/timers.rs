@@ -131,6 +131,13 @@ impl<T> Timers<T> {
         Some(self.remove_at(pos))
     }
 
+    /// Every scheduled value, in no particular order (for the garbage collector's traversal).
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.heap
+            .iter()
+            .filter_map(|&s| self.slots[s as usize].value.as_ref())
+    }
+
     /// Removes every timer, returning their values (so the caller can drop them where it is
     /// safe to run destructors).
     pub fn drain(&mut self) -> Vec<T> {
@@ -330,6 +337,7 @@ mod tests {
         for i in 0..10 {
             t.insert(f64::from(i), i);
         }
+        assert_eq!(t.iter().count(), 10);
         let mut v = t.drain();
         v.sort_unstable();
         assert_eq!(v, (0..10).collect::<Vec<_>>());

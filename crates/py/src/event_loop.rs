@@ -901,6 +901,9 @@ impl LoopCore {
             for h in &st.ready {
                 visit.call(h)?;
             }
+            for t in st.timers.iter() {
+                visit.call(t)?;
+            }
             for e in st.fds.values() {
                 visit.call(&e.reader)?;
                 visit.call(&e.writer)?;

@@ -1,0 +1,54 @@
+"""ferroloop's native objects take part in garbage collection: cycles through the loop's queues
+and handles are collected (pyclasses implement ``__traverse__``/``__clear__``)."""
+
+from __future__ import annotations
+
+import gc
+import socket
+import warnings
+import weakref
+
+import ferroloop
+
+
+def _abandon(populate) -> weakref.ref:
+    loop = ferroloop.new_event_loop()
+    populate(loop)
+    return weakref.ref(loop)
+
+
+def test_unclosed_loop_with_a_timer_cycle_is_collected():
+    def populate(loop):
+        # loop -> timer heap -> handle -> bound method -> holder -> loop
+        class Holder:
+            def __init__(self, lp):
+                self.loop = lp
+
+            def cb(self):
+                pass
+
+        loop.call_later(3600, Holder(loop).cb)
+        loop.call_soon(Holder(loop).cb)
+
+    ref = _abandon(populate)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # "unclosed event loop" from __del__
+        gc.collect()
+    assert ref() is None
+
+
+def test_unclosed_loop_with_a_reader_cycle_is_collected():
+    a, b = socket.socketpair()
+    try:
+
+        def populate(loop):
+            loop.add_reader(a.fileno(), lambda: loop)
+
+        ref = _abandon(populate)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
+        assert ref() is None
+    finally:
+        a.close()
+        b.close()
