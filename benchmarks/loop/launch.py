@@ -21,6 +21,10 @@ RESULT_PREFIX = "RESULT "
 class ChildFailed(Exception):
     """A child crashed, hung, or printed no result; the message says which and shows its stderr."""
 
+    def __init__(self, message: str, hung: bool = False) -> None:
+        super().__init__(message)
+        self.hung = hung
+
 
 def tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
@@ -55,7 +59,8 @@ def run_child(pin: list[str], args: list[str], timeout: float, what: str) -> dic
         )
     except subprocess.TimeoutExpired as exc:
         stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
-        raise ChildFailed(f"{what} did not finish within {timeout:.0f} s\n{tail(stderr)}") from None
+        message = f"{what} hung: no result within {timeout:.0f} s\n{tail(stderr)}"
+        raise ChildFailed(message, hung=True) from None
     if proc.returncode != 0:
         raise ChildFailed(f"{what} exited with status {proc.returncode}\n{tail(proc.stderr)}")
     return parse_result(proc.stdout, proc.stderr, what)

@@ -8,8 +8,10 @@ native loop module itself.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 
 # Column order in every table: the stdlib baseline first, ferroloop last.
 NAMES = ("asyncio", "uvloop", "rloop", "ferroloop")
@@ -37,6 +39,8 @@ def probe(name: str) -> dict[str, object]:
     if name == "ferroloop":
         native = importlib.import_module("ferroloop._native")
         info["debug_build"] = getattr(native, "DEBUG_BUILD", None)
+        # Which build was measured: the lead rebuilds often, and versions do not change.
+        info["native_sha256"] = hashlib.sha256(Path(native.__file__).read_bytes()).hexdigest()[:12]
     loop = factory(name)()
     info["class"] = f"{type(loop).__module__}.{type(loop).__qualname__}"
     loop.close()

@@ -100,7 +100,7 @@ def _table(t: dict) -> list[str]:
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     if "ferroloop" in names:
         cells = [
-            f"{t['ferroloop_over_peer'][n]:.2f}" if n in t["ferroloop_over_peer"] else "—"
+            f"{t['ferroloop_over_peer'][n]:.3g}" if n in t["ferroloop_over_peer"] else "—"
             for n in names
         ]
         lines.append("| ferroloop ÷ this loop (medians) | " + " | ".join(cells) + " |")
@@ -123,18 +123,33 @@ def _notes(cases: list[dict]) -> list[str]:
 
 def markdown(meta: dict, cases: list[dict], tables: list[dict]) -> str:
     versions = ", ".join(
-        f"{name} {info['version']} (`{info['class']}`)" for name, info in meta["loops"].items()
+        f"{name} {info['version']} (`{info['class']}`"
+        + (f", native {info['native_sha256']})" if "native_sha256" in info else ")")
+        for name, info in meta["loops"].items()
     )
     pinning = "pinned: loop on core 0, echo client on core 1" if meta["pinned"] else "NOT pinned"
     lines = [
         "# Event loop benchmarks" + (" (--quick smoke test: not for comparison)" * meta["quick"]),
         "",
         f"- date: {meta['date']}, {meta['duration_s']} s; command: `{meta['command']}`",
-        f"- machine: {meta['cpu']}; {meta['platform']}; Python {meta['python']}",
+        f"- revision: {meta['revision']}; machine: {meta['cpu']}, {meta['platform']}",
+        f"- Python {meta['python']}",
         f"- loops: {versions}",
         f"- {meta['repeat']} fresh process(es) per loop and benchmark; {pinning}",
     ]
     lines += [f"- skipped {name}: {why}" for name, why in meta["skipped"].items()]
+    echo_infos = [
+        s["info"]
+        for case in cases
+        if case["bench"] == "sock_echo"
+        for samples in case["runs"].values()
+        for s in samples
+        if "info" in s
+    ]
+    if echo_infos:
+        client = ", ".join(sorted({i["client_loop"] for i in echo_infos}))
+        busy = statistics.median(i["client_busy"] for i in echo_infos)
+        lines.append(f"- echo client loop: {client}; its core was {busy:.0%} busy (median)")
     lines += ["", "Medians, minima and maxima are over the repeats. See benchmarks/README.md.", ""]
     for t in tables:
         lines += _table(t)
@@ -158,12 +173,17 @@ def plot(tables: list[dict], path: Path) -> None:
         colors = ["tab:orange" if n == "ferroloop" else "tab:blue" for n in names]
         ax.bar(names, med, yerr=[low, high], capsize=4, color=colors)
         better = "higher" if t["higher_is_better"] else "lower"
-        ax.set_title(f"{t['title']}\n{t['unit']}, {better} is better", fontsize=8)
+        positive = [m for m in med if m > 0]
+        scale = ""
+        if positive and max(positive) > 30 * min(positive):  # one bar would flatten the rest
+            ax.set_yscale("log")
+            scale = ", log scale"
+        ax.set_title(f"{t['title']}\n{t['unit']}, {better} is better{scale}", fontsize=8)
         ax.tick_params(labelsize=7)
     for ax in axes.flat[len(tables) :]:
         ax.axis("off")
     fig.suptitle("median over repeats; error bars span min to max", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -13,6 +13,7 @@ import argparse
 import importlib
 import json
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -76,6 +77,18 @@ def probe_loops(names: list[str], pin: list[str]) -> tuple[dict, dict]:
     return available, skipped
 
 
+def git_revision() -> str:
+    """HEAD of the repository, with `+dirty` if the tree has changes: what was measured."""
+    root = Path(__file__).resolve().parent.parent.parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def measure(module, loop_name: str, params: dict, pins: tuple[list, list]) -> dict:
     if hasattr(module, "measure"):  # benchmarks with more than one process (sock_echo)
         return module.measure(loop_name, params, pins)
@@ -101,13 +114,18 @@ def run_cases(args: argparse.Namespace, names: list[str], pins: tuple[list, list
             params = quick if args.quick else full
             case = {"bench": bench, "case": label, "params": params, "runs": {n: [] for n in names}}
             case_name = f"{bench} {label}".strip()
+            hung = set()  # a loop that hung once would hang again: do not wait for it twice
             for rep in range(args.repeat):
                 shift = rep % len(names)
                 for loop_name in names[shift:] + names[:shift]:
                     try:
+                        if loop_name in hung:
+                            raise ChildFailed("not run: an earlier run of this case hung")
                         sample = measure(module, loop_name, params, pins)
                     except ChildFailed as exc:
                         sample = {"error": str(exc)}
+                        if exc.hung:
+                            hung.add(loop_name)
                     case["runs"][loop_name].append(sample)
                     progress(case_name, rep, args.repeat, loop_name, sample, module.METRICS[0])
             cases.append(case)
@@ -131,6 +149,7 @@ def main(argv: list[str]) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
         "duration_s": round(time.time() - started, 1),
         "command": " ".join(["python", "benchmarks/loop/run.py", *argv]),
+        "revision": git_revision(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpu": report.cpu_model(),

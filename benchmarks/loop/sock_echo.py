@@ -75,9 +75,11 @@ def serve(loop: asyncio.AbstractEventLoop, params: dict) -> dict:
 
 def _read_port(server: subprocess.Popen, timeout: float) -> int:
     ready, _, _ = select.select([server.stdout], [], [], timeout)
-    line = server.stdout.readline() if ready else ""
+    if not ready:
+        raise ChildFailed(f"echo server hung: no port within {timeout:.0f} s", hung=True)
+    line = server.stdout.readline()
     if not line:
-        raise ChildFailed(f"echo server announced no port within {timeout:.0f} s")
+        raise ChildFailed("echo server exited before announcing its port")
     return json.loads(line)["port"]
 
 
@@ -89,7 +91,9 @@ def _run_client(port: int, params: dict, pin: list[str], timeout: float) -> dict
             [*pin, sys.executable, CLIENT, *args], capture_output=True, text=True, timeout=timeout
         )
     except subprocess.TimeoutExpired:
-        raise ChildFailed(f"echo client did not finish within {timeout:.0f} s") from None
+        raise ChildFailed(
+            f"echo client hung: no result within {timeout:.0f} s", hung=True
+        ) from None
     if client.returncode != 0:
         raise ChildFailed(f"echo client exited with {client.returncode}\n{tail(client.stderr)}")
     return parse_result(client.stdout, client.stderr, "echo client")
@@ -110,7 +114,8 @@ def measure(loop_name: str, params: dict, pins: tuple[list, list]) -> dict:
         try:
             out, err = server.communicate(timeout=GRACE_S)
         except subprocess.TimeoutExpired:
-            raise ChildFailed(f"echo server alive {GRACE_S:.0f} s after the client") from None
+            message = f"echo server hung: alive {GRACE_S:.0f} s after the client left"
+            raise ChildFailed(message, hung=True) from None
         if server.returncode != 0:
             raise ChildFailed(f"echo server exited with {server.returncode}\n{tail(err)}")
         result = parse_result(out, err, "echo server")
@@ -118,7 +123,7 @@ def measure(loop_name: str, params: dict, pins: tuple[list, list]) -> dict:
         if server.poll() is None:
             server.kill()
         _, err = server.communicate()
-        raise ChildFailed(f"{exc}\nserver stderr:\n{tail(err)}") from None
+        raise ChildFailed(f"{exc}\nserver stderr:\n{tail(err)}", exc.hung) from None
     result["metrics"]["msgs_per_s"] = client_result["msgs_per_s"]
     result["problems"] += client_result["problems"]
     result["info"]["client_loop"] = client_result["client_loop"]

@@ -12,6 +12,7 @@ Both threads share one core, as they would on a busy machine.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from time import perf_counter
@@ -25,6 +26,10 @@ METRICS = (
 CASES = {"": ({"samples": 2000, "gap_s": 0.0005}, {"samples": 500, "gap_s": 0.0005})}
 WARMUP_SAMPLES = 100
 STALL_S = 10.0  # a wake-up that takes this long is a hang: stop sending and report it
+STALL_MESSAGE = (
+    f"callback {{i}} had not run {STALL_S:.0f} s after call_soon_threadsafe while the loop "
+    "was idle in poll (lost wake-up?)"
+)
 
 
 def _sender(loop, samples: int, gap_s: float, latencies: list, cb, stalled: list) -> None:
@@ -36,6 +41,7 @@ def _sender(loop, samples: int, gap_s: float, latencies: list, cb, stalled: list
             waited += gap_s / 5
             if waited > STALL_S:
                 stalled.append(i)
+                print(f"threadsafe: {STALL_MESSAGE.format(i=i - 1)}", file=sys.stderr, flush=True)
                 loop.call_soon_threadsafe(cb, None)
                 return
         loop.call_soon_threadsafe(cb, perf_counter())
@@ -69,10 +75,7 @@ def run(loop: asyncio.AbstractEventLoop, params: dict) -> dict:
     latencies, stalled = _measure(loop, params["samples"] + WARMUP_SAMPLES, params["gap_s"])
     problems = []
     if stalled:
-        problems.append(
-            f"callback {stalled[0]} did not run within {STALL_S:.0f} s of "
-            "call_soon_threadsafe while the loop was idle (lost wake-up?)"
-        )
+        problems.append(STALL_MESSAGE.format(i=stalled[0] - 1))
     us = [x * 1e6 for x in latencies[WARMUP_SAMPLES:]] or [float("nan")]
     metrics = {"wake_p50_us": percentile(us, 50), "wake_p99_us": percentile(us, 99)}
     return {"metrics": metrics, "problems": problems, "info": {"wake_max_us": max(us)}}

@@ -69,6 +69,23 @@ def test_timer_does_not_fire_before_its_delay_elapsed(loop):
     assert fired_at[0] - start >= 0.05
 
 
+def test_timers_never_fire_before_their_deadline(loop):
+    early = []
+    now = loop.time()
+
+    def check(handle_box):
+        # asyncio lets a timer fire up to the clock resolution (1 ns) before its deadline.
+        if loop.time() < handle_box[0].when() - 1e-6:
+            early.append((handle_box[0].when(), loop.time()))
+
+    for i in range(200):
+        box = []
+        box.append(loop.call_at(now + (i % 50) / 10_000, check, box))
+    loop.call_at(now + 0.006, loop.stop)
+    loop.run_forever()
+    assert early == []
+
+
 def test_zero_delay_timer_runs_after_ready_callbacks_of_the_same_iteration(loop):
     order = []
     loop.call_later(0, order.append, "timer")
@@ -143,6 +160,17 @@ def test_loop_sleeps_until_next_timer_when_nothing_is_ready(loop):
     loop.call_later(0.02, loop.stop)
     loop.run_forever()
     assert not loop.is_running()
+
+
+def test_infinite_delay_never_fires_and_does_not_block_other_timers(loop):
+    fired = []
+    never = loop.call_later(float("inf"), fired.append, "never")
+    loop.call_later(0.01, fired.append, "soon")
+    loop.call_later(0.02, loop.stop)
+    loop.run_forever()
+    assert fired == ["soon"]
+    assert never.when() == float("inf")
+    never.cancel()
 
 
 def test_call_later_rejects_none_delay(loop):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextvars
 
+import pytest
+
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
 
 
@@ -141,3 +143,14 @@ def test_call_soon_many_callbacks_all_run(loop):
     loop.call_soon(loop.stop)
     loop.run_forever()
     assert count == 10_000
+
+
+@pytest.mark.parametrize("method", ["call_soon", "call_later"])
+def test_non_callable_outside_debug_mode_fails_when_run(loop, exception_handler_calls, method):
+    args = (0,) if method == "call_later" else ()
+    getattr(loop, method)(*args, 42)
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    (context,) = exception_handler_calls.consume()
+    assert isinstance(context["exception"], TypeError)
+    assert context["message"].startswith("Exception in callback 42")

@@ -147,6 +147,29 @@ def test_call_soon_threadsafe_interleaves_fifo_with_call_soon(loop):
     assert order == [1, 2, 3]
 
 
+def test_threadsafe_callback_scheduled_first_runs_before_a_later_call_soon(loop):
+    # The worker's call_soon_threadsafe happens before the loop thread's call_soon (the
+    # event orders them), so it must run first, as in asyncio's single ready queue.
+    order = []
+    scheduled = threading.Event()
+
+    def worker():
+        loop.call_soon_threadsafe(order.append, "threadsafe")
+        scheduled.set()
+
+    def in_loop():
+        thread = threading.Thread(target=worker)
+        thread.start()
+        assert scheduled.wait(10)
+        thread.join()
+        loop.call_soon(order.append, "call_soon")
+        loop.call_soon(loop.stop)
+
+    loop.call_soon(in_loop)
+    loop.run_forever()
+    assert order == ["threadsafe", "call_soon"]
+
+
 def test_call_soon_threadsafe_while_the_loop_runs_callbacks(loop):
     # Producers keep scheduling while the loop is busy dispatching.
     total = 20_000

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import socket
+from asyncio import format_helpers
 
 import pytest
 
@@ -32,6 +34,15 @@ def test_exception_context_has_the_same_keys_as_asyncio(loop, exception_handler_
     loop.run_forever()
     (context,) = exception_handler_calls.consume()
     assert set(context) == {"message", "exception", "handle"}
+
+
+def test_exception_message_is_exactly_asyncios(loop, exception_handler_calls):
+    loop.call_soon(explode)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    (context,) = exception_handler_calls.consume()
+    source = format_helpers._format_callback_source(explode, ())
+    assert context["message"] == f"Exception in callback {source}"
 
 
 def test_exception_context_handle_is_the_scheduled_handle(loop, exception_handler_calls):
@@ -103,6 +114,34 @@ def test_base_exception_in_timer_propagates_out_of_run_forever(loop, exception):
     with pytest.raises(exception):
         loop.run_forever()
     assert not loop.is_running()
+
+
+def test_keyboard_interrupt_from_the_exception_handler_propagates(loop):
+    def interrupting_handler(loop, context):
+        raise KeyboardInterrupt
+
+    loop.set_exception_handler(interrupting_handler)
+    loop.call_soon(explode)
+    with pytest.raises(KeyboardInterrupt):
+        loop.run_forever()
+    assert not loop.is_running()
+
+
+@pytest.mark.parametrize("exception", [KeyboardInterrupt, SystemExit])
+def test_base_exception_in_reader_propagates_out_of_run_forever(loop, exception):
+    left, right = socket.socketpair()
+    with left, right:
+
+        def interrupt():
+            raise exception()
+
+        loop.add_reader(left, interrupt)
+        right.send(b"x")
+        try:
+            with pytest.raises(exception):
+                loop.run_forever()
+        finally:
+            loop.remove_reader(left)
 
 
 def test_loop_is_reusable_after_keyboard_interrupt(loop):

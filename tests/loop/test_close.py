@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 
 import pytest
 
@@ -131,6 +133,90 @@ def test_close_shuts_down_the_default_executor(loop):
     # close() shuts the default executor down (without waiting): its worker exits.
     worker.join(timeout=30)
     assert not worker.is_alive()
+
+
+def test_unclosed_loop_warns_when_collected(loop_factory):
+    unclosed = loop_factory()
+    with pytest.warns(ResourceWarning, match="unclosed event loop"):
+        del unclosed
+        gc.collect()
+
+
+class Payload:
+    """An object that a pending callback holds and that holds the loop: a reference cycle."""
+
+    def __init__(self, loop):
+        self.loop = loop
+
+
+def schedule_pending(loop, kind):
+    payload = Payload(loop)
+    if kind == "call_soon":
+        loop.call_soon(print, payload)
+    elif kind == "call_later":
+        loop.call_later(3600, print, payload)
+    else:
+        loop.call_soon(loop.stop)
+
+
+PENDING_KINDS = ["call_soon", "call_later", "bound_method_of_the_loop"]
+
+
+@pytest.mark.parametrize("kind", PENDING_KINDS)
+def test_closed_loop_with_pending_callbacks_is_collected(loop_factory, kind):
+    closed = loop_factory()
+    schedule_pending(closed, kind)
+    closed.close()
+    ref = weakref.ref(closed)
+    del closed
+    gc.collect()
+    assert ref() is None
+
+
+def unclosed_loop_in_a_cycle(loop_factory, kind):
+    """A weak reference to a loop that only a reference cycle keeps alive."""
+    unclosed = loop_factory()
+    schedule_pending(unclosed, kind)
+    return weakref.ref(unclosed)
+
+
+@pytest.mark.parametrize("kind", ["call_soon", "bound_method_of_the_loop"])
+def test_unclosed_loop_in_a_cycle_with_its_callbacks_is_collected(loop_factory, kind):
+    # asyncio's loop is an ordinary gc-tracked object: the collector breaks the cycle,
+    # __del__ warns about the unclosed loop and closes it.
+    with pytest.warns(ResourceWarning, match="unclosed event loop"):
+        ref = unclosed_loop_in_a_cycle(loop_factory, kind)
+        gc.collect()
+    assert ref() is None
+
+
+def test_unclosed_loop_in_a_cycle_with_a_pending_timer_is_collected(loop_factory):
+    with pytest.warns(ResourceWarning, match="unclosed event loop"):
+        ref = unclosed_loop_in_a_cycle(loop_factory, "call_later")
+        gc.collect()
+    assert ref() is None
+
+
+def unclosed_loop_with_a_pending_threadsafe_callback(loop_factory):
+    unclosed = loop_factory()
+    payload = Payload(unclosed)
+
+    def schedule_from_another_thread_then_stop():
+        thread = threading.Thread(target=unclosed.call_soon_threadsafe, args=(print, payload))
+        thread.start()
+        thread.join()
+        unclosed.stop()
+
+    unclosed.call_soon(schedule_from_another_thread_then_stop)
+    unclosed.run_forever()
+    return weakref.ref(unclosed)
+
+
+def test_unclosed_loop_with_a_pending_threadsafe_callback_is_collected(loop_factory):
+    with pytest.warns(ResourceWarning, match="unclosed event loop"):
+        ref = unclosed_loop_with_a_pending_threadsafe_callback(loop_factory)
+        gc.collect()
+    assert ref() is None
 
 
 def test_time_still_works_after_close(loop):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -68,6 +71,21 @@ def test_slow_timer_callback_is_logged_in_debug_mode(loop, caplog):
     ), messages
 
 
+def test_slow_task_step_is_logged_as_the_task(loop, caplog):
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.01
+
+    async def slow_coroutine():
+        time.sleep(0.05)
+
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        loop.run_until_complete(loop.create_task(slow_coroutine(), name="slow-task"))
+    messages = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+    assert any(
+        message.startswith("Executing <Task") and "slow-task" in message for message in messages
+    ), messages
+
+
 def test_slow_callback_is_not_logged_outside_debug_mode(loop, caplog):
     loop.slow_callback_duration = 0.01
     loop.call_soon(time.sleep, 0.05)
@@ -111,6 +129,41 @@ def test_scheduling_from_a_wrong_thread_in_debug_mode_raises(loop, method):
         "Non-thread-safe operation invoked on an event loop other than the current one"
         in (errors[0])
     )
+
+
+def test_call_soon_from_another_thread_is_not_checked_while_the_loop_is_stopped(loop):
+    # asyncio's thread check applies to a running loop only.
+    loop.set_debug(True)
+    errors = []
+
+    def schedule():
+        try:
+            loop.call_soon(print).cancel()
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=schedule)
+    thread.start()
+    thread.join()
+    assert errors == []
+
+
+@pytest.mark.parametrize("environment", [{"PYTHONASYNCIODEBUG": "1"}, {"PYTHONDEVMODE": "1"}])
+def test_default_debug_follows_the_environment(loop_name, environment):
+    make_loop = {
+        "asyncio": "import asyncio; loop = asyncio.new_event_loop()",
+        "ferroloop": "import ferroloop; loop = ferroloop.new_event_loop()",
+    }[loop_name]
+    code = f"{make_loop}; print(loop.get_debug()); loop.close()"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **environment},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    assert result.stdout.strip() == "True"
 
 
 def test_call_soon_threadsafe_from_a_wrong_thread_in_debug_mode_works(loop):
@@ -180,3 +233,29 @@ def test_debug_callback_error_context_has_source_traceback(loop, exception_handl
     assert {"message", "exception", "handle", "source_traceback"} <= context.keys()
     frame = context["source_traceback"][-1]
     assert frame.filename == __file__
+
+
+def test_coroutine_origin_tracking_follows_debug_mode_while_running(loop):
+    loop.set_debug(True)
+    depths = []
+    loop.call_soon(lambda: depths.append(sys.get_coroutine_origin_tracking_depth()))
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert depths[0] > 0
+    assert sys.get_coroutine_origin_tracking_depth() == 0
+
+
+def test_set_debug_while_running_takes_effect(loop):
+    handles = []
+
+    def enable():
+        loop.set_debug(True)
+        loop.call_soon(lambda: handles.append(loop.call_soon(print)))
+        loop.call_later(0.01, loop.stop)
+
+    loop.call_soon(enable)
+    loop.run_forever()
+    assert loop.get_debug()
+    # Handles made after set_debug(True) record where they were created.
+    assert "created at " in repr(handles[0])
+    handles[0].cancel()

@@ -124,3 +124,45 @@ def test_handle_cancel_from_another_thread_before_run(loop):
     loop.call_later(0.02, loop.stop)
     loop.run_forever()
     assert fired == []
+
+
+def test_cancelling_a_timer_after_the_loop_closed_is_harmless(loop):
+    timer = loop.call_later(10, print)
+    soon = loop.call_soon(print)
+    loop.close()
+    timer.cancel()
+    soon.cancel()
+    assert timer.cancelled()
+    assert soon.cancelled()
+
+
+def test_callback_cancelling_its_own_handle(loop):
+    handles = []
+    fired = []
+
+    def cancel_self():
+        fired.append("ran")
+        handles[0].cancel()
+
+    handles.append(loop.call_soon(cancel_self))
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert fired == ["ran"]
+    assert handles[0].cancelled()
+
+
+def test_timer_cancelling_itself_and_a_sibling(loop):
+    fired = []
+    handles = {}
+    now = loop.time()
+
+    def first():
+        fired.append("first")
+        handles["first"].cancel()
+        handles["second"].cancel()
+
+    handles["first"] = loop.call_at(now + 0.01, first)
+    handles["second"] = loop.call_at(now + 0.02, fired.append, "second")
+    loop.call_at(now + 0.03, loop.stop)
+    loop.run_forever()
+    assert fired == ["first"]

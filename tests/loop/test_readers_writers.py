@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
@@ -310,6 +311,55 @@ def test_reader_sees_eof_when_the_peer_closes(loop, pair):
     assert received == [b""]
 
 
+def test_reader_on_a_pipe_fires_on_hangup(loop):
+    # A pipe whose writer closed reports only EPOLLHUP (no EPOLLIN); asyncio treats
+    # that as readable, so the reader sees the end of file.
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    received = []
+
+    def on_readable():
+        received.append(os.read(read_fd, 100))
+        loop.remove_reader(read_fd)
+        loop.stop()
+
+    try:
+        loop.add_reader(read_fd, on_readable)
+        loop.call_soon(os.close, write_fd)
+        loop.run_forever()
+    finally:
+        os.close(read_fd)
+    assert received == [b""]
+
+
+def test_reader_on_a_pipe_gets_the_data(loop):
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    received = []
+
+    def on_readable():
+        received.append(os.read(read_fd, 100))
+        loop.remove_reader(read_fd)
+        loop.stop()
+
+    try:
+        loop.add_reader(read_fd, on_readable)
+        loop.call_soon(os.write, write_fd, b"through a pipe")
+        loop.run_forever()
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    assert received == [b"through a pipe"]
+
+
+def test_add_reader_and_add_writer_return_none(loop, pair):
+    left, _ = pair
+    assert loop.add_reader(left, print) is None
+    assert loop.add_writer(left, print) is None
+    loop.remove_reader(left)
+    loop.remove_writer(left)
+
+
 def test_reader_with_a_file_object(loop, pair):
     left, right = pair
 
@@ -328,6 +378,68 @@ def test_reader_with_a_file_object(loop, pair):
     loop.run_forever()
     assert fired == [b"file-like"]
     assert loop.remove_reader(left.fileno()) is True
+
+
+@pytest.mark.parametrize("direction", ["reader", "writer"])
+def test_removing_the_only_callback_of_an_fd_closed_while_registered(loop, direction):
+    left, right = socket.socketpair()
+    fd = left.fileno()
+    getattr(loop, f"add_{direction}")(fd, print)
+    left.close()
+    right.close()
+    # The kernel already dropped the closed fd from the poll set; removal still succeeds.
+    assert getattr(loop, f"remove_{direction}")(fd) is True
+    assert getattr(loop, f"remove_{direction}")(fd) is False
+
+
+def test_loop_keeps_running_after_a_registered_fd_is_closed(loop):
+    left, right = socket.socketpair()
+    fd = left.fileno()
+    fired = []
+    loop.add_reader(fd, fired.append, "closed fd")
+    left.close()
+    right.close()
+    loop.call_later(0.02, loop.stop)
+    loop.run_forever()
+    assert fired == []
+    loop.remove_reader(fd)
+
+
+def test_add_reader_of_a_regular_file_is_refused(loop, tmp_path):
+    path = tmp_path / "regular"
+    path.write_bytes(b"data")
+    with path.open("rb") as file:
+        with pytest.raises(PermissionError):
+            loop.add_reader(file.fileno(), print)
+        assert loop.remove_reader(file.fileno()) is False
+
+
+@pytest.mark.parametrize("direction", ["reader", "writer"])
+def test_remove_by_socket_object_after_the_socket_was_closed(loop, direction):
+    left, right = socket.socketpair()
+    getattr(loop, f"add_{direction}")(left, print)
+    left.close()
+    right.close()
+    assert getattr(loop, f"remove_{direction}")(left) is True
+
+
+def test_remove_on_a_closed_loop_with_a_closed_socket_returns_false(loop):
+    left, right = socket.socketpair()
+    left.close()
+    right.close()
+    loop.close()
+    assert loop.remove_reader(left) is False
+    assert loop.remove_writer(left) is False
+
+
+def test_close_with_a_registered_fd_that_was_closed(loop):
+    left, right = socket.socketpair()
+    loop.add_reader(left.fileno(), print)
+    loop.add_writer(left.fileno(), print)
+    left.close()
+    right.close()
+    loop.close()
+    assert loop.is_closed()
 
 
 def test_add_reader_rejects_invalid_file_object(loop):
@@ -349,6 +461,12 @@ def test_add_reader_after_close_raises(loop, pair):
     loop.close()
     with pytest.raises(RuntimeError, match="Event loop is closed"):
         loop.add_reader(pair[0], print)
+
+
+def test_add_writer_after_close_raises(loop, pair):
+    loop.close()
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        loop.add_writer(pair[0], print)
 
 
 def test_remove_reader_after_close_returns_false(loop, pair):

@@ -13,6 +13,18 @@ def test_loop_is_an_abstract_event_loop(loop):
     assert isinstance(loop, asyncio.AbstractEventLoop)
 
 
+def test_loop_repr_shows_running_closed_and_debug(loop):
+    assert repr(loop).endswith(" running=False closed=False debug=False>")
+    seen = []
+    loop.call_soon(lambda: seen.append(repr(loop)))
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert seen[0].endswith(" running=True closed=False debug=False>")
+    loop.set_debug(True)
+    loop.close()
+    assert repr(loop).endswith(" running=False closed=True debug=True>")
+
+
 def test_new_loop_is_neither_running_nor_closed(loop):
     assert not loop.is_running()
     assert not loop.is_closed()
@@ -141,6 +153,26 @@ def test_run_forever_while_another_loop_runs_in_this_thread_raises(loop, loop_fa
     finally:
         other.close()
     assert errors == ["Cannot run the event loop while another loop is running"]
+
+
+def test_run_forever_from_another_thread_while_running_raises(loop):
+    errors = []
+
+    def run_in_thread():
+        try:
+            loop.run_forever()
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    def start_thread():
+        thread = threading.Thread(target=run_in_thread)
+        thread.start()
+        thread.join()
+        loop.stop()
+
+    loop.call_soon(start_thread)
+    loop.run_forever()
+    assert errors == ["This event loop is already running"]
 
 
 def test_get_running_loop_inside_a_callback_is_the_loop(loop):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import threading
+import warnings
 
 import pytest
 
@@ -123,8 +125,15 @@ def test_run_inside_a_running_loop_raises(run):
         finally:
             coroutine.close()
 
-    with pytest.raises(RuntimeError, match="cannot be called from a running event loop"):
-        run(main())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with pytest.raises(RuntimeError, match="cannot be called from a running event loop"):
+                run(main())
+        finally:
+            # A run() that created a loop before refusing leaves garbage: collect it here.
+            gc.collect()
+    assert [str(warning.message) for warning in caught] == []
 
 
 def test_run_rejects_a_non_coroutine(run):

@@ -195,3 +195,19 @@ def test_two_signals_each_run_their_handler(loop):
     loop.call_soon(send_both)
     loop.run_forever()
     assert sorted(fired) == ["usr1", "usr2"]
+
+
+def test_sigint_during_poll_raises_keyboard_interrupt_out_of_run_forever(loop):
+    # No handler registered: SIGINT keeps Python's default_int_handler, and a loop sleeping
+    # in poll must surface the KeyboardInterrupt instead of sleeping on.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    far_timer = loop.call_later(3600, loop.stop)
+    sender = threading.Timer(0.05, os.kill, args=(os.getpid(), signal.SIGINT))
+    sender.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_forever()
+    finally:
+        sender.join()
+        far_timer.cancel()
+    assert not loop.is_running()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+
+import pytest
 
 
 def test_sock_sendto_and_sock_recvfrom(loop, udp_pair):
@@ -82,3 +85,31 @@ def test_many_datagrams_round_trip(loop, udp_pair):
         return received
 
     assert loop.run_until_complete(main()) == [str(i).encode() for i in range(200)]
+
+
+def test_pending_sock_recv_on_connected_udp_gets_the_icmp_error(loop):
+    # The error arrives as EPOLLERR without data; it must wake the pending receive.
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as closed,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client,
+    ):
+        closed.bind(("127.0.0.1", 0))
+        address = closed.getsockname()
+        closed.close()
+        client.setblocking(False)
+        client.connect(address)
+
+        async def main():
+            receive = loop.create_task(loop.sock_recv(client, 100))
+            await asyncio.sleep(0.01)
+            client.send(b"to nobody")
+            return await asyncio.wait_for(receive, 10)
+
+        with pytest.raises(ConnectionRefusedError):
+            loop.run_until_complete(main())
+
+
+def test_sock_connect_on_a_udp_socket(loop, udp_pair):
+    first, second = udp_pair
+    loop.run_until_complete(loop.sock_connect(first, second.getsockname()))
+    assert first.getpeername() == second.getsockname()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 
 import pytest
 
@@ -28,6 +29,21 @@ def test_blocking_socket_is_rejected_in_debug_mode(loop, method, extra_args):
         coroutine = getattr(loop, method)(blocking, *extra_args)
         with pytest.raises(ValueError, match="the socket must be non-blocking"):
             loop.run_until_complete(coroutine)
+
+
+def test_blocking_socket_with_data_ready_is_read_outside_debug_mode(loop):
+    # asyncio checks the blocking mode only in debug mode; a ready blocking socket works.
+    left, right = socket.socketpair()
+    with left, right:
+        right.send(b"ready")
+        assert loop.run_until_complete(loop.sock_recv(left, 100)) == b"ready"
+
+
+def test_blocking_socket_with_buffer_space_is_written_outside_debug_mode(loop):
+    left, right = socket.socketpair()
+    with left, right:
+        loop.run_until_complete(loop.sock_sendall(left, b"fits"))
+        assert right.recv(100) == b"fits"
 
 
 def test_sock_recv_returns_empty_bytes_after_peer_closed(loop, stream_pair):
@@ -163,6 +179,37 @@ def test_sock_recv_timeout_via_wait_for_removes_its_reader(loop, stream_pair):
 
     loop.run_until_complete(main())
     assert loop.remove_reader(left) is False
+
+
+def test_pending_sock_recv_fails_when_the_peer_resets(loop, tcp_pair):
+    client, server = tcp_pair
+    # SO_LINGER with a zero timeout makes close() send a reset instead of a FIN.
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    async def main():
+        receive = loop.create_task(loop.sock_recv(client, 100))
+        await asyncio.sleep(0.01)
+        server.close()
+        return await receive
+
+    with pytest.raises(ConnectionResetError):
+        loop.run_until_complete(main())
+
+
+def test_cancelled_sock_sendall_removes_its_writer(loop, unix_pair):
+    left, _ = unix_pair
+
+    async def main():
+        send = loop.create_task(loop.sock_sendall(left, b"x" * (16 * 1024 * 1024)))
+        await asyncio.sleep(0.01)
+        assert not send.done()
+        send.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await send
+        await asyncio.sleep(0)
+
+    loop.run_until_complete(main())
+    assert loop.remove_writer(left) is False
 
 
 def test_sock_recv_on_a_closed_socket_raises(loop, stream_pair):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import pytest
@@ -118,6 +119,18 @@ def test_sock_sendfile_to_a_closed_peer_raises(loop, unix_pair, data_file):
     right.close()
     with pytest.raises((BrokenPipeError, ConnectionResetError)):
         loop.run_until_complete(loop.sock_sendfile(left, data_file))
+
+
+def test_sock_sendfile_without_fallback_to_a_closed_peer_raises_not_available(
+    loop, unix_pair, data_file
+):
+    # asyncio reports a failure before the first byte as "sendfile not available", so a
+    # caller with fallback=False can retry another way.
+    left, right = unix_pair
+    right.close()
+    with pytest.raises(asyncio.SendfileNotAvailableError):
+        loop.run_until_complete(loop.sock_sendfile(left, data_file, fallback=False))
+    assert data_file.tell() == 0
 
 
 def test_sock_sendfile_with_fallback_disabled_on_a_regular_file(loop, stream_pair, data_file):

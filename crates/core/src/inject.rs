@@ -117,6 +117,24 @@ impl<T> Injector<T> {
     }
 }
 
+impl<T> Injector<T> {
+    /// Calls `f` with the queued items if no producer holds the queue right now (for a garbage
+    /// collector's traversal, which must not block). Returns whether `f` ran.
+    pub fn peek_if_free(&self, f: impl FnOnce(&[T])) -> bool {
+        match self.queue.try_lock() {
+            Ok(q) => {
+                f(&q);
+                true
+            }
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                f(&p.into_inner());
+                true
+            }
+            Err(std::sync::TryLockError::WouldBlock) => false,
+        }
+    }
+}
+
 impl<T> AsRawFd for Injector<T> {
     /// The eventfd to register in the loop's poller.
     fn as_raw_fd(&self) -> RawFd {
@@ -140,6 +158,17 @@ mod tests {
         assert_eq!(inj.drain_into(&mut out), 2);
         assert_eq!(out, vec![1, 2]);
         assert_eq!(inj.drain_into(&mut out), 0);
+    }
+
+    #[test]
+    fn peek_sees_queued_items_without_taking_them() {
+        let inj = Injector::new().unwrap();
+        let _ = inj.push(7).unwrap();
+        let mut seen = Vec::new();
+        assert!(inj.peek_if_free(|q| seen.extend_from_slice(q)));
+        assert_eq!(seen, vec![7]);
+        let mut out = Vec::new();
+        assert_eq!(inj.drain_into(&mut out), 1);
     }
 
     #[test]

@@ -77,8 +77,10 @@ impl LoopRemote {
     }
 }
 
-#[derive(Default)]
+/// One registered fd. `fileobj` is the object first registered for it (as a selector key
+/// keeps it), so the registration can still be found by that object after it was closed.
 struct FdEntry {
+    fileobj: Py<PyAny>,
     reader: Option<Py<Handle>>,
     writer: Option<Py<Handle>>,
 }
@@ -198,12 +200,8 @@ impl LoopCore {
             slf.call_method1(intern!(py, "_debug_check_callback"), (callback, method))?;
             Some(crate::hooks::call(py, "extract_stack", ())?.unbind())
         } else {
-            if !callback.is_callable() {
-                return Err(PyTypeError::new_err(format!(
-                    "a callable object was expected by {method}(), got {}",
-                    callback.repr()?
-                )));
-            }
+            // As asyncio: outside debug mode a non-callable is accepted here and its TypeError
+            // reaches the exception handler when it runs.
             None
         };
         let context = match context {
@@ -288,7 +286,8 @@ impl LoopCore {
     ) -> PyResult<Py<Handle>> {
         let py = slf.py();
         let this = slf.get();
-        let fd = fileobj_to_fd(fd)?;
+        let fileobj = fd;
+        let fd = fileobj_to_fd(fileobj)?;
         if this.flags.closed() {
             return Err(closed_error());
         }
@@ -301,7 +300,11 @@ impl LoopCore {
         let old = {
             let mut st = this.state.borrow(py)?;
             let existed = st.fds.contains_key(&fd);
-            let entry = st.fds.entry(fd).or_default();
+            let entry = st.fds.entry(fd).or_insert_with(|| FdEntry {
+                fileobj: fileobj.clone().unbind(),
+                reader: None,
+                writer: None,
+            });
             let slot = if write {
                 &mut entry.writer
             } else {
@@ -345,12 +348,20 @@ impl LoopCore {
     ) -> PyResult<bool> {
         let py = slf.py();
         let this = slf.get();
-        let fd = fileobj_to_fd(fd)?;
+        if this.flags.closed() {
+            return Ok(false);
+        }
         let old = {
-            if this.flags.closed() {
-                return Ok(false);
-            }
             let mut st = this.state.borrow(py)?;
+            let fd = match fileobj_to_fd(fd) {
+                Ok(n) => n,
+                // A closed socket says fileno() == -1: find its registration by identity, as
+                // `selectors` does, so it can still be removed.
+                Err(e) => match st.fds.iter().find(|(_, en)| en.fileobj.bind(py).is(fd)) {
+                    Some((&n, _)) => n,
+                    None => return Err(e),
+                },
+            };
             let Some(entry) = st.fds.get_mut(&fd) else {
                 return Ok(false);
             };
@@ -905,11 +916,24 @@ impl LoopCore {
                 visit.call(t)?;
             }
             for e in st.fds.values() {
+                visit.call(&e.fileobj)?;
                 visit.call(&e.reader)?;
                 visit.call(&e.writer)?;
             }
         }
-        Ok(())
+        // Handles queued by other threads but not drained yet belong to the loop too.
+        let mut result = Ok(());
+        self.shared.injector.peek_if_free(|queued| {
+            for item in queued {
+                if let Injected::Handle(h) = item {
+                    if let Err(e) = visit.call(h) {
+                        result = Err(e);
+                        return;
+                    }
+                }
+            }
+        });
+        result
     }
 
     fn __clear__(&self) {
@@ -921,5 +945,8 @@ impl LoopCore {
             (std::mem::take(&mut st.ready), st.timers.drain(), fds)
         });
         drop(taken);
+        let mut queued = Vec::new();
+        self.shared.injector.drain_into(&mut queued);
+        drop(queued);
     }
 }

@@ -1,0 +1,98 @@
+"""Handle objects as values: hashing, weak references, comparisons, state after running."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+
+def greet(name):
+    return name
+
+
+def test_handles_are_hashable(loop):
+    soon = loop.call_soon(greet, "a")
+    timer = loop.call_later(10, greet, "b")
+    assert len({soon, timer}) == 2
+    soon.cancel()
+    timer.cancel()
+
+
+def test_handles_support_weak_references(loop):
+    soon = loop.call_soon(greet, "a")
+    timer = loop.call_later(10, greet, "b")
+    refs = [weakref.ref(soon), weakref.ref(timer)]
+    assert [ref() for ref in refs] == [soon, timer]
+    soon.cancel()
+    timer.cancel()
+
+
+def test_handle_is_released_after_it_ran(loop):
+    handle = loop.call_soon(greet, "a")
+    ref = weakref.ref(handle)
+    del handle
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    gc.collect()
+    assert ref() is None
+
+
+def test_timer_handles_compare_by_deadline(loop):
+    now = loop.time()
+    early = loop.call_at(now + 10, greet, "a")
+    late = loop.call_at(now + 20, greet, "a")
+    assert early < late
+    assert late > early
+    assert early <= late
+    assert not early >= late
+    early.cancel()
+    late.cancel()
+
+
+def test_handle_repr_after_it_ran_still_names_the_callback(loop):
+    handle = loop.call_soon(greet, "ran")
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert "greet('ran')" in repr(handle)
+    assert not handle.cancelled()
+
+
+def test_callback_arguments_are_released_once_the_handle_is_cancelled(loop):
+    class Payload:
+        pass
+
+    payload = Payload()
+    ref = weakref.ref(payload)
+    handle = loop.call_later(3600, greet, payload)
+    del payload
+    handle.cancel()
+    gc.collect()
+    # asyncio drops the callback and its arguments on cancel() outside debug mode.
+    assert ref() is None
+
+
+def test_timer_handles_for_the_same_call_compare_equal(loop):
+    when = loop.time() + 100
+    first = loop.call_at(when, greet, 1)
+    same = loop.call_at(when, greet, 1)
+    other_args = loop.call_at(when, greet, 2)
+    assert first == same
+    assert (first != same) is False
+    assert hash(first) == hash(same)
+    assert first != other_args
+    assert first != "not a handle"
+    first.cancel()
+    # A cancelled timer no longer equals a live one, but equals another cancelled one.
+    assert first != same
+    same.cancel()
+    assert first == same
+    other_args.cancel()
+
+
+def test_plain_handles_compare_by_identity(loop):
+    first = loop.call_soon(greet, 1)
+    second = loop.call_soon(greet, 1)
+    assert first == first
+    assert first != second
+    first.cancel()
+    second.cancel()
