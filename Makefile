@@ -29,7 +29,7 @@ build: $(STAMP) ## Build the extension (release) and install ferroloop into .ven
 run: build ## The main job: an echo server and 64 clients on ferroloop (examples/echo.py)
 	$(PY) examples/echo.py
 
-test: build test-rust test-python test-cpython ## The whole test suite: Rust units, our tests, CPython's asyncio suite
+test: build test-rust test-cpython test-python ## The whole test suite: Rust units, our tests, CPython's asyncio suite
 
 test-rust: ## Rust unit tests of the core (no Python needed)
 	cargo test -q -p ferroloop-core

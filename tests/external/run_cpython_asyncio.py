@@ -375,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
         if not ok:
             sys.exit("not recording a baseline from a failed run")
         record_baseline(args.record, modules)
+    totals = total_counts(modules)
+    # A plain closing line, as CI summaries read it (expected failures included: see EXCEPTIONS.md).
+    print(
+        f"cpython-asyncio: {totals['passed']} passed, "
+        f"{totals['failed'] + totals['errors']} failed, {totals['skipped']} skipped"
+    )
     return 0 if ok else 1
 
 
