@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     # A plain closing line, as CI summaries read it (expected failures included: see EXCEPTIONS.md).
     print(
         f"cpython-asyncio: {totals['passed']} passed, "
-        f"{totals['failed'] + totals['errors']} failed, {totals['skipped']} skipped"
+        f"{totals['failed'] + totals['error']} failed, {totals['skipped']} skipped"
     )
     return 0 if ok else 1
 
