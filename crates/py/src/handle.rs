@@ -32,7 +32,14 @@ struct Inner {
     repr: Option<Py<PyAny>>,
 }
 
-#[pyclass(module = "ferroloop", name = "Handle", subclass, frozen, weakref)]
+#[pyclass(
+    module = "ferroloop",
+    name = "Handle",
+    subclass,
+    frozen,
+    weakref,
+    freelist = 512
+)]
 pub struct Handle {
     inner: LoopCell<Inner>,
     cancelled: AtomicBool,
@@ -75,7 +82,9 @@ impl Handle {
         let (callback, args) = {
             let g = this.inner.borrow(py)?;
             match (&g.callback, &g.args) {
-                (Some(c), Some(a)) => (c.clone_ref(py), a.clone_ref(py)),
+                // Bound clones: dropping them is a plain decref (a `Py` drop checks a
+                // thread-local GIL counter first).
+                (Some(c), Some(a)) => (c.bind(py).clone(), a.bind(py).clone()),
                 _ => return Ok(()),
             }
         };
@@ -85,11 +94,10 @@ impl Handle {
         let result = if unsafe { ffi::PyContext_Enter(ctx) } < 0 {
             Err(PyErr::fetch(py))
         } else {
-            let args = args.bind(py);
             let r = if args.is_empty() {
-                callback.call0(py)
+                callback.call0()
             } else {
-                callback.call1(py, args)
+                callback.call1(&args)
             };
             // SAFETY: we entered `ctx` just above on this thread and still hold the GIL, so it is
             // the current context and exiting it cannot fail.
@@ -252,7 +260,7 @@ impl Handle {
     }
 }
 
-#[pyclass(module = "ferroloop", name = "TimerHandle", extends = Handle, frozen)]
+#[pyclass(module = "ferroloop", name = "TimerHandle", extends = Handle, frozen, freelist = 512)]
 pub struct TimerHandle {
     when: f64,
     timer_id: AtomicU64,
