@@ -32,14 +32,7 @@ struct Inner {
     repr: Option<Py<PyAny>>,
 }
 
-#[pyclass(
-    module = "ferroloop",
-    name = "Handle",
-    subclass,
-    frozen,
-    weakref,
-    freelist = 512
-)]
+#[pyclass(module = "ferroloop", name = "Handle", subclass, frozen, weakref)]
 pub struct Handle {
     inner: LoopCell<Inner>,
     cancelled: AtomicBool,
@@ -260,7 +253,7 @@ impl Handle {
     }
 }
 
-#[pyclass(module = "ferroloop", name = "TimerHandle", extends = Handle, frozen, freelist = 512)]
+#[pyclass(module = "ferroloop", name = "TimerHandle", extends = Handle, frozen)]
 pub struct TimerHandle {
     when: f64,
     timer_id: AtomicU64,
