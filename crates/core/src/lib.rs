@@ -2,7 +2,8 @@
 //!
 //! Everything here is plain Rust that an event loop thread drives: the [`poller`] (epoll), the
 //! [`waker`] (an eventfd), the [`inject`] queue through which other threads hand work to the loop
-//! with a coalesced wake-up, and the [`timers`] heap with O(log n) cancellation. The Python
+//! with a coalesced wake-up, and the [`timers`] heap with O(log n) cancellation, and the [`ready`] queue with asyncio's
+//! batch rule. The Python
 //! extension (`crates/py`) owns one of each per loop and adds the Python objects on top.
 //!
 //! Ownership rule for the whole crate: a `Poller` and a `Timers` are owned by exactly one loop
@@ -12,11 +13,13 @@
 pub mod clock;
 pub mod inject;
 pub mod poller;
+pub mod ready;
 pub mod sys;
 pub mod timers;
 pub mod waker;
 
 pub use inject::{Injector, PushOutcome};
 pub use poller::{Events, Interest, Poller, Readiness};
+pub use ready::ReadyQueue;
 pub use timers::{TimerId, Timers};
 pub use waker::Waker;

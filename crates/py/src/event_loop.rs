@@ -20,14 +20,16 @@
 //! is removed from epoll before the loop lets go of it, and `close()` deregisters every fd before
 //! the poller itself is closed.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferroloop_core::{clock, Events, Injector, Interest, Poller, PushOutcome, TimerId, Timers};
+use ferroloop_core::{
+    clock, Events, Injector, Interest, Poller, PushOutcome, ReadyQueue, TimerId, Timers,
+};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::gc::PyVisit;
@@ -96,7 +98,7 @@ impl FdEntry {
 
 #[derive(Default)]
 struct State {
-    ready: VecDeque<Py<Handle>>,
+    ready: ReadyQueue<Py<Handle>>,
     timers: Timers<Py<TimerHandle>>,
     fds: HashMap<RawFd, FdEntry>,
     thread_id: Option<u64>,
@@ -460,7 +462,7 @@ impl LoopCore {
             for (is_ready, handle) in directions {
                 if let (true, Some(h)) = (is_ready, handle) {
                     if !h.get().is_cancelled() {
-                        ready.push_back(h.clone_ref(py));
+                        ready.push(h.clone_ref(py));
                     }
                 }
             }
@@ -475,7 +477,7 @@ impl LoopCore {
         let State { ready, timers, .. } = &mut *st;
         while let Some(t) = timers.pop_before(end) {
             t.get().set_timer_id(NOT_SCHEDULED);
-            ready.push_back(t.into_bound(py).into_super().unbind());
+            ready.push(t.into_bound(py).into_super().unbind());
         }
         Ok(())
     }
@@ -485,7 +487,7 @@ impl LoopCore {
     fn run_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let mut batch = std::mem::take(&mut this.state.borrow(py)?.ready);
+        let mut batch = this.state.borrow(py)?.ready.take_batch();
         let debug = this.flags.debug();
         while let Some(handle) = batch.pop_front() {
             let handle = handle.into_bound(py);
@@ -500,17 +502,12 @@ impl LoopCore {
             };
             if let Err(e) = result {
                 // KeyboardInterrupt/SystemExit: the rest stays queued, in order, for the next run.
-                let mut st = this.state.borrow(py)?;
-                batch.append(&mut st.ready);
-                st.ready = batch;
+                this.state.borrow(py)?.ready.restore_unrun(batch);
                 return Err(e);
             }
         }
         // Keep the larger allocation for the next iteration.
-        let mut st = this.state.borrow(py)?;
-        if st.ready.is_empty() && batch.capacity() > st.ready.capacity() {
-            st.ready = batch;
-        }
+        this.state.borrow(py)?.ready.recycle(batch);
         Ok(())
     }
 
@@ -529,7 +526,7 @@ impl LoopCore {
         let mut st = self.state.borrow(py)?;
         for item in batch {
             match item {
-                Injected::Handle(h) => st.ready.push_back(h),
+                Injected::Handle(h) => st.ready.push(h),
                 Injected::Task(t) => tasks.push(t),
             }
         }
@@ -612,7 +609,7 @@ impl LoopCore {
         )?;
         // Handles other threads queued earlier go first: asyncio has one FIFO for both.
         this.drain_injector(py)?;
-        this.state.borrow(py)?.ready.push_back(handle.clone_ref(py));
+        this.state.borrow(py)?.ready.push(handle.clone_ref(py));
         Ok(handle)
     }
 
@@ -640,7 +637,7 @@ impl LoopCore {
             // On the loop's own thread (or a loop nobody runs) nothing can be asleep in epoll:
             // queue directly, after anything injected earlier, so FIFO holds as in asyncio.
             this.drain_injector(py)?;
-            this.state.borrow(py)?.ready.push_back(handle.clone_ref(py));
+            this.state.borrow(py)?.ready.push(handle.clone_ref(py));
         } else {
             let _ = this
                 .shared
@@ -873,7 +870,7 @@ impl LoopCore {
             for (fd, _) in &fds {
                 self.shared.poller.delete(*fd)?;
             }
-            (std::mem::take(&mut st.ready), st.timers.drain(), fds)
+            (st.ready.drain(), st.timers.drain(), fds)
         };
         for t in &timers {
             t.get().set_timer_id(NOT_SCHEDULED);
@@ -909,7 +906,7 @@ impl LoopCore {
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         if let Some(st) = self.state.try_borrow_for_gc() {
-            for h in &st.ready {
+            for h in st.ready.iter() {
                 visit.call(h)?;
             }
             for t in st.timers.iter() {
@@ -942,7 +939,7 @@ impl LoopCore {
             for (fd, _) in &fds {
                 let _ = self.shared.poller.delete(*fd);
             }
-            (std::mem::take(&mut st.ready), st.timers.drain(), fds)
+            (st.ready.drain(), st.timers.drain(), fds)
         });
         drop(taken);
         let mut queued = Vec::new();
