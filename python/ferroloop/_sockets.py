@@ -54,29 +54,30 @@ class SocketOps:
         if handle is None or not handle.cancelled():
             self.remove_writer(fd)
 
-    async def _wait_readable(self, sock: socket.socket, ready: Any, *args: Any) -> Any:
+    async def _wait_readable(self, sock: socket.socket, op: Any, *args: Any) -> Any:
+        """Runs ``op(*args)`` each time ``sock`` is readable until it does not block."""
         fut = self.create_future()
         fd = sock.fileno()
-        handle = self._add_reader(fd, ready, fut, *args)
+        handle = self._add_reader(fd, self._finish, fut, op, *args)
         fut.add_done_callback(functools.partial(self._sock_read_done, fd, handle=handle))
         return await fut
 
-    async def _wait_writable(self, sock: socket.socket, ready: Any, *args: Any) -> Any:
+    async def _wait_writable(self, sock: socket.socket, op: Any, *args: Any) -> Any:
+        """Runs ``op(*args)`` each time ``sock`` is writable until it does not block."""
         fut = self.create_future()
         fd = sock.fileno()
-        handle = self._add_writer(fd, ready, fut, *args)
+        handle = self._add_writer(fd, self._finish, fut, op, *args)
         fut.add_done_callback(functools.partial(self._sock_write_done, fd, handle=handle))
         return await fut
 
     @staticmethod
-    def _complete(fut: Any, sock: socket.socket, method: str, *args: Any) -> None:
-        """Retries ``sock.<method>(*args)`` once the fd is ready; finishes ``fut`` unless it
-        would block. The method is looked up on every retry, as asyncio does, so a socket
-        object whose method was replaced meanwhile is honoured."""
+    def _finish(fut: Any, op: Any, *args: Any) -> None:
+        """Retries ``op(*args)`` once the fd is ready; finishes ``fut`` with its result or
+        error, unless it would block again."""
         if fut.done():
             return
         try:
-            result = getattr(sock, method)(*args)
+            result = op(*args)
         except _RETRY:
             return
         except (SystemExit, KeyboardInterrupt):
@@ -94,7 +95,7 @@ class SocketOps:
             return sock.recv(n)
         except _RETRY:
             pass
-        return await self._wait_readable(sock, self._complete, sock, "recv", n)
+        return await self._wait_readable(sock, _sock_call, sock, "recv", n)
 
     async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
         _check_sock(self, sock)
@@ -102,7 +103,7 @@ class SocketOps:
             return sock.recv_into(buf)
         except _RETRY:
             pass
-        return await self._wait_readable(sock, self._complete, sock, "recv_into", buf)
+        return await self._wait_readable(sock, _sock_call, sock, "recv_into", buf)
 
     async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
         _check_sock(self, sock)
@@ -110,7 +111,7 @@ class SocketOps:
             return sock.recvfrom(bufsize)
         except _RETRY:
             pass
-        return await self._wait_readable(sock, self._complete, sock, "recvfrom", bufsize)
+        return await self._wait_readable(sock, _sock_call, sock, "recvfrom", bufsize)
 
     async def sock_recvfrom_into(
         self, sock: socket.socket, buf: Any, nbytes: int = 0
@@ -122,14 +123,14 @@ class SocketOps:
             return sock.recvfrom_into(buf, nbytes)
         except _RETRY:
             pass
-        return await self._wait_readable(sock, self._complete, sock, "recvfrom_into", buf, nbytes)
+        return await self._wait_readable(sock, _sock_call, sock, "recvfrom_into", buf, nbytes)
 
     async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, Any]:
         _check_sock(self, sock)
         try:
             conn, address = sock.accept()
         except _RETRY:
-            conn, address = await self._wait_readable(sock, self._complete, sock, "accept")
+            conn, address = await self._wait_readable(sock, _sock_call, sock, "accept")
         conn.setblocking(False)
         return conn, address
 
@@ -144,26 +145,7 @@ class SocketOps:
             sent = 0
         if sent == view.nbytes:
             return
-        await self._wait_writable(sock, self._sendall_ready, sock, view, [sent])
-
-    @staticmethod
-    def _sendall_ready(fut: Any, sock: socket.socket, view: memoryview, pos: list[int]) -> None:
-        if fut.done():
-            return
-        start = pos[0]
-        try:
-            start += sock.send(view[start:])
-        except _RETRY:
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            fut.set_exception(exc)
-            return
-        if start == view.nbytes:
-            fut.set_result(None)
-        else:
-            pos[0] = start
+        await self._wait_writable(sock, _sendall_step, sock, view, [sent])
 
     async def sock_sendto(self, sock: socket.socket, data: Any, address: Any) -> int:
         _check_sock(self, sock)
@@ -171,7 +153,7 @@ class SocketOps:
             return sock.sendto(data, address)
         except _RETRY:
             pass
-        return await self._wait_writable(sock, self._complete, sock, "sendto", data, address)
+        return await self._wait_writable(sock, _sock_call, sock, "sendto", data, address)
 
     async def sock_connect(self, sock: socket.socket, address: Any) -> None:
         _check_sock(self, sock)
@@ -187,24 +169,7 @@ class SocketOps:
             return
         except _RETRY:
             pass
-        await self._wait_writable(sock, self._connect_ready, sock, address)
-
-    @staticmethod
-    def _connect_ready(fut: Any, sock: socket.socket, address: Any) -> None:
-        if fut.done():
-            return
-        try:
-            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if err != 0:
-                raise OSError(err, f"Connect call failed {address}")
-        except _RETRY:
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(None)
+        await self._wait_writable(sock, _connect_result, sock, address)
 
     # -- sendfile -------------------------------------------------------------------------------
 
@@ -226,7 +191,7 @@ class SocketOps:
                 try:
                     sent = os.sendfile(sock.fileno(), fileno, offset + total, min(want, 1 << 30))
                 except _RETRY:
-                    await self._wait_writable(sock, _set_none)
+                    await self._wait_writable(sock, _writable)
                     continue
                 except OSError as exc:
                     # As asyncio: a failure before the first byte means "use the fallback";
@@ -247,6 +212,25 @@ class SocketOps:
         return total
 
 
-def _set_none(fut: Any) -> None:
-    if not fut.done():
-        fut.set_result(None)
+def _sock_call(sock: socket.socket, method: str, *args: Any) -> Any:
+    """``sock.<method>(*args)``, looked up on every retry as asyncio does, so a socket object
+    whose method was replaced meanwhile is honoured."""
+    return getattr(sock, method)(*args)
+
+
+def _connect_result(sock: socket.socket, address: Any) -> None:
+    """The outcome of a non-blocking connect, once the socket is writable."""
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err != 0:
+        raise OSError(err, f"Connect call failed {address}")
+
+
+def _sendall_step(sock: socket.socket, view: memoryview, pos: list[int]) -> None:
+    """Sends what is left from ``pos[0]``; "would block" until everything is out."""
+    pos[0] += sock.send(view[pos[0] :])
+    if pos[0] < view.nbytes:
+        raise BlockingIOError
+
+
+def _writable() -> None:
+    """The op of a plain wait for writability."""
