@@ -20,7 +20,7 @@ import threading
 from asyncio import base_events, events
 from typing import Any
 
-from ._native import Handle, LoopCore
+from ._native import Handle, LoopCore, _install_fast_methods
 from ._signals import SignalOps
 from ._sockets import SocketOps
 
@@ -141,6 +141,10 @@ class Loop(LoopCore, SocketOps, SignalOps, base_events.BaseEventLoop):  # type: 
 
 def _noop() -> None:
     pass
+
+
+# The hottest method gets a raw fast-call entry point (crates/py/src/fastcall.rs); same semantics.
+_install_fast_methods(Loop)
 
 
 def new_event_loop() -> Loop:

@@ -6,8 +6,18 @@ from typing import Any, final
 
 from typing_extensions import disjoint_base
 
-__all__ = ["DEBUG_BUILD", "Handle", "LoopCore", "TimerHandle", "__version__"]
+__all__ = [
+    "DEBUG_BUILD",
+    "Handle",
+    "LoopCore",
+    "TimerHandle",
+    "__version__",
+    "_install_fast_methods",
+]
 DEBUG_BUILD: bool
+
+def _install_fast_methods(cls: type) -> None: ...
+
 __version__: str
 
 @disjoint_base

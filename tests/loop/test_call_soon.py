@@ -154,3 +154,21 @@ def test_non_callable_outside_debug_mode_fails_when_run(loop, exception_handler_
     (context,) = exception_handler_calls.consume()
     assert isinstance(context["exception"], TypeError)
     assert context["message"].startswith("Exception in callback 42")
+
+
+def test_call_soon_without_a_callback_raises_type_error(loop):
+    with pytest.raises(TypeError):
+        loop.call_soon()
+
+
+def test_call_soon_with_an_unknown_keyword_raises_type_error(loop):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'delay'"):
+        loop.call_soon(print, delay=1)
+
+
+def test_call_soon_passes_many_positional_arguments_in_order(loop):
+    got = []
+    loop.call_soon(lambda *a: got.append(a), 1, "two", None, 4.0, context=None)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert got == [(1, "two", None, 4.0)]

@@ -264,6 +264,32 @@ impl LoopCore {
         Ok(timer)
     }
 
+    /// `call_soon`, shared by the PyO3 method and the raw fast-call entry (`fastcall.rs`).
+    pub(crate) fn call_soon_impl(
+        slf: &Bound<'_, Self>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        context: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Handle>> {
+        let py = slf.py();
+        let this = slf.get();
+        if this.flags.closed() {
+            return Err(closed_error());
+        }
+        let debug = this.flags.debug();
+        if debug {
+            Self::check_thread(slf, this.state.borrow(py)?.thread_id)?;
+        }
+        let handle = Py::new(
+            py,
+            Self::make_handle(slf, "call_soon", callback, args, context, debug)?,
+        )?;
+        // Handles other threads queued earlier go first: asyncio has one FIFO for both.
+        this.drain_injector(py)?;
+        this.state.borrow(py)?.ready.push(handle.clone_ref(py));
+        Ok(handle)
+    }
+
     /// Called by `TimerHandle.cancel()`: takes the timer out of the heap at once.
     pub(crate) fn timer_cancelled(&self, py: Python<'_>, bits: u64) -> PyResult<()> {
         if bits == NOT_SCHEDULED {
@@ -594,23 +620,7 @@ impl LoopCore {
         args: Bound<'_, PyTuple>,
         context: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        let py = slf.py();
-        let this = slf.get();
-        if this.flags.closed() {
-            return Err(closed_error());
-        }
-        let debug = this.flags.debug();
-        if debug {
-            Self::check_thread(slf, this.state.borrow(py)?.thread_id)?;
-        }
-        let handle = Py::new(
-            py,
-            Self::make_handle(slf, "call_soon", callback, args, context, debug)?,
-        )?;
-        // Handles other threads queued earlier go first: asyncio has one FIFO for both.
-        this.drain_injector(py)?;
-        this.state.borrow(py)?.ready.push(handle.clone_ref(py));
-        Ok(handle)
+        Self::call_soon_impl(slf, callback, args, context)
     }
 
     #[pyo3(signature = (callback, *args, context=None))]

@@ -8,6 +8,7 @@ compile_error!(
 
 mod cell;
 pub mod event_loop;
+mod fastcall;
 mod handle;
 mod hooks;
 
@@ -18,6 +19,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<event_loop::LoopCore>()?;
     m.add_class::<handle::Handle>()?;
     m.add_class::<handle::TimerHandle>()?;
+    m.add_function(wrap_pyfunction!(fastcall::_install_fast_methods, m)?)?;
     m.add("DEBUG_BUILD", cfg!(debug_assertions))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
