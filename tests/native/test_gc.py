@@ -52,3 +52,15 @@ def test_unclosed_loop_with_a_reader_cycle_is_collected():
     finally:
         a.close()
         b.close()
+
+
+def test_unclosed_loop_that_created_futures_is_collected():
+    # create_future caches {"loop": loop} on the loop: a cycle the loop's traversal must report.
+    def populate(loop):
+        loop.create_future()
+
+    ref = _abandon(populate)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    assert ref() is None

@@ -139,6 +139,10 @@ pub struct LoopCore {
     /// Loop-thread scratch space; never touched by other threads.
     events: Mutex<Events>,
     injected_tasks: Mutex<Vec<RustTask>>,
+    /// `{"loop": self}`, built once: the keyword arguments of every `asyncio.Future` this loop
+    /// creates (the C Future's `__init__` only reads them). Visited and cleared by the GC hooks,
+    /// since it refers back to the loop.
+    future_kwargs: LoopCell<Option<Py<pyo3::types::PyDict>>>,
 }
 
 fn closed_error() -> PyErr {
@@ -605,6 +609,7 @@ impl LoopCore {
             shared: Arc::new(shared),
             events: Mutex::new(Events::with_capacity(64)),
             injected_tasks: Mutex::new(Vec::new()),
+            future_kwargs: LoopCell::new(None),
         })
     }
 
@@ -691,8 +696,17 @@ impl LoopCore {
     /// `asyncio.Future(loop=self)`, without a Python frame in between.
     fn create_future(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
-        let kwargs = pyo3::types::PyDict::new(py);
-        kwargs.set_item(intern!(py, "loop"), slf)?;
+        let kwargs = {
+            let mut cached = slf.get().future_kwargs.borrow(py)?;
+            if let Some(d) = &*cached {
+                d.bind(py).clone()
+            } else {
+                let d = pyo3::types::PyDict::new(py);
+                d.set_item(intern!(py, "loop"), slf)?;
+                *cached = Some(d.clone().unbind());
+                d
+            }
+        };
         Ok(crate::hooks::future_type(py)?
             .call((), Some(&kwargs))?
             .unbind())
@@ -928,6 +942,9 @@ impl LoopCore {
                 visit.call(&e.writer)?;
             }
         }
+        if let Some(kw) = self.future_kwargs.try_borrow_for_gc() {
+            visit.call(&*kw)?;
+        }
         // Handles queued by other threads but not drained yet belong to the loop too.
         let mut result = Ok(());
         self.shared.injector.peek_if_free(|queued| {
@@ -955,5 +972,10 @@ impl LoopCore {
         let mut queued = Vec::new();
         self.shared.injector.drain_into(&mut queued);
         drop(queued);
+        let kwargs = self
+            .future_kwargs
+            .try_borrow_for_gc()
+            .and_then(|mut kw| kw.take());
+        drop(kwargs);
     }
 }
