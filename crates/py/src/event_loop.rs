@@ -154,27 +154,27 @@ fn fileobj_to_fd(obj: &Bound<'_, PyAny>) -> PyResult<RawFd> {
     let fd: i64 = if obj.is_instance_of::<PyInt>() {
         obj.extract()?
     } else {
-        match obj.call_method0(intern!(obj.py(), "fileno")) {
-            Ok(n) => n.extract().map_err(|_| {
-                PyValueError::new_err(format!(
-                    "Invalid file object: {}",
-                    obj.repr().map_or_else(|_| "?".into(), |r| r.to_string())
-                ))
-            })?,
-            Err(_) => {
-                return Err(PyValueError::new_err(format!(
-                    "Invalid file object: {}",
-                    obj.repr().map_or_else(|_| "?".into(), |r| r.to_string())
-                )))
-            }
-        }
+        let invalid = || {
+            let shown = obj.repr().map_or_else(|_| "?".into(), |r| r.to_string());
+            PyValueError::new_err(format!("Invalid file object: {shown}"))
+        };
+        let n = obj
+            .call_method0(intern!(obj.py(), "fileno"))
+            .map_err(|_| invalid())?;
+        n.extract().map_err(|_| invalid())?
     };
-    if fd < 0 {
-        return Err(PyValueError::new_err(format!(
+    match i32::try_from(fd) {
+        Ok(fd) if fd >= 0 => Ok(fd),
+        _ => Err(PyValueError::new_err(format!(
             "Invalid file descriptor: {fd}"
-        )));
+        ))),
     }
-    i32::try_from(fd).map_err(|_| PyValueError::new_err(format!("Invalid file descriptor: {fd}")))
+}
+
+/// The calling thread's ident, as `threading.get_ident()` reports it.
+fn current_thread_ident() -> u64 {
+    // SAFETY: pthread_self has no preconditions; CPython's thread ident is this value.
+    unsafe { libc::pthread_self() as u64 }
 }
 
 /// A copy of the current context (what asyncio does when `context=None`).
@@ -223,18 +223,14 @@ impl LoopCore {
         ))
     }
 
-    fn check_thread(slf: &Bound<'_, Self>, st_thread: Option<u64>) -> PyResult<()> {
-        if let Some(tid) = st_thread {
-            // SAFETY: pthread_self has no preconditions; Python's thread ident is this value.
-            let me = unsafe { libc::pthread_self() } as u64;
-            if me != tid {
-                let _ = slf;
-                return Err(PyRuntimeError::new_err(
-                    "Non-thread-safe operation invoked on an event loop other than the current one",
-                ));
-            }
+    /// Debug mode: a non-thread-safe method called from a thread other than the running loop's.
+    fn check_thread(loop_thread: Option<u64>) -> PyResult<()> {
+        match loop_thread {
+            Some(tid) if tid != current_thread_ident() => Err(PyRuntimeError::new_err(
+                "Non-thread-safe operation invoked on an event loop other than the current one",
+            )),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     fn schedule_timer(
@@ -252,7 +248,7 @@ impl LoopCore {
         }
         let debug = this.flags.debug();
         if debug {
-            Self::check_thread(slf, this.state.borrow(py)?.thread_id)?;
+            Self::check_thread(this.state.borrow(py)?.thread_id)?;
         }
         let base = Self::make_handle(slf, method, callback, args, context, debug)?;
         let timer = Py::new(
@@ -282,7 +278,7 @@ impl LoopCore {
         }
         let debug = this.flags.debug();
         if debug {
-            Self::check_thread(slf, this.state.borrow(py)?.thread_id)?;
+            Self::check_thread(this.state.borrow(py)?.thread_id)?;
         }
         let handle = Py::new(
             py,
@@ -646,9 +642,7 @@ impl LoopCore {
             Self::make_handle(slf, "call_soon_threadsafe", callback, args, context, debug)?,
         )?;
         let tid = this.state.borrow(py)?.thread_id;
-        // SAFETY: pthread_self has no preconditions.
-        let me = unsafe { libc::pthread_self() } as u64;
-        if tid.is_none_or(|t| t == me) {
+        if tid.is_none_or(|t| t == current_thread_ident()) {
             // On the loop's own thread (or a loop nobody runs) nothing can be asleep in epoll:
             // queue directly, after anything injected earlier, so FIFO holds as in asyncio.
             this.drain_injector(py)?;
