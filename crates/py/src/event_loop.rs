@@ -35,7 +35,7 @@ use pyo3::ffi;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyTuple};
+use pyo3::types::{PyDict, PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
 use crate::cell::LoopCell;
@@ -139,10 +139,10 @@ pub struct LoopCore {
     /// Loop-thread scratch space; never touched by other threads.
     events: Mutex<Events>,
     injected_tasks: Mutex<Vec<RustTask>>,
-    /// `{"loop": self}`, built once: the keyword arguments of every `asyncio.Future` this loop
+    /// `{"loop": self}`, built once: the keyword arguments of every Future and Task this loop
     /// creates (the C Future's `__init__` only reads them). Visited and cleared by the GC hooks,
     /// since it refers back to the loop.
-    future_kwargs: LoopCell<Option<Py<pyo3::types::PyDict>>>,
+    future_kwargs: LoopCell<Option<Py<PyDict>>>,
 }
 
 fn closed_error() -> PyErr {
@@ -190,6 +190,20 @@ impl LoopCore {
         LoopRemote {
             shared: Arc::clone(&self.shared),
         }
+    }
+
+    /// `{"loop": self}`, built on first use and reused for every Future and Task the loop
+    /// creates (their C `__init__` only reads it).
+    fn loop_kwargs<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
+        let py = slf.py();
+        let mut cached = slf.get().future_kwargs.borrow(py)?;
+        if let Some(d) = &*cached {
+            return Ok(d.bind(py).clone());
+        }
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "loop"), slf)?;
+        *cached = Some(d.clone().unbind());
+        Ok(d)
     }
 
     /// Builds a handle for `callback(*args)` (context copied when not given).
@@ -690,17 +704,7 @@ impl LoopCore {
     /// `asyncio.Future(loop=self)`, without a Python frame in between.
     fn create_future(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
-        let kwargs = {
-            let mut cached = slf.get().future_kwargs.borrow(py)?;
-            if let Some(d) = &*cached {
-                d.bind(py).clone()
-            } else {
-                let d = pyo3::types::PyDict::new(py);
-                d.set_item(intern!(py, "loop"), slf)?;
-                *cached = Some(d.clone().unbind());
-                d
-            }
-        };
+        let kwargs = Self::loop_kwargs(slf)?;
         Ok(crate::hooks::future_type(py)?
             .call((), Some(&kwargs))?
             .unbind())
@@ -717,15 +721,19 @@ impl LoopCore {
     ) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let this = slf.get();
-        let kwargs = pyo3::types::PyDict::new(py);
-        if let Some(name) = name {
-            kwargs.set_item(intern!(py, "name"), name)?;
-        }
-        if let Some(context) = context {
-            kwargs.set_item(intern!(py, "context"), context)?;
-        }
+        let with_options = |kwargs: &Bound<'_, PyDict>| -> PyResult<()> {
+            if let Some(name) = name {
+                kwargs.set_item(intern!(py, "name"), name)?;
+            }
+            if let Some(context) = context {
+                kwargs.set_item(intern!(py, "context"), context)?;
+            }
+            Ok(())
+        };
         let factory = slf.getattr(intern!(py, "_task_factory"))?;
         if this.flags.debug() || !factory.is_none() {
+            let kwargs = PyDict::new(py);
+            with_options(&kwargs)?;
             return Ok(crate::hooks::base_create_task(py)?
                 .call((slf, coro), Some(&kwargs))?
                 .unbind());
@@ -733,7 +741,11 @@ impl LoopCore {
         if this.flags.closed() {
             return Err(closed_error());
         }
-        kwargs.set_item(intern!(py, "loop"), slf)?;
+        let mut kwargs = Self::loop_kwargs(slf)?;
+        if name.is_some() || context.is_some() {
+            kwargs = kwargs.copy()?;
+            with_options(&kwargs)?;
+        }
         Ok(crate::hooks::task_type(py)?
             .call((coro,), Some(&kwargs))?
             .unbind())
