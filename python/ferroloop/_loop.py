@@ -15,12 +15,13 @@ The class is ``Loop(LoopCore, SocketOps, SignalOps, asyncio.BaseEventLoop)``:
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import sys
 import threading
 from asyncio import base_events, events
 from typing import Any
 
-from ._native import Handle, LoopCore, _install_fast_methods
+from ._native import Handle, LoopCore, SocketOperation, _install_fast_methods
 from ._signals import SignalOps
 from ._sockets import SocketOps
 
@@ -142,6 +143,10 @@ class Loop(LoopCore, SocketOps, SignalOps, base_events.BaseEventLoop):  # type: 
 def _noop() -> None:
     pass
 
+
+# Native sock_recv/sock_recv_into/sock_sendall return SocketOperation objects: coroutines to
+# asyncio (create_task, ensure_future and iscoroutine accept them).
+collections.abc.Coroutine.register(SocketOperation)
 
 # The hottest method gets a raw fast-call entry point (crates/py/src/fastcall.rs); same semantics.
 _install_fast_methods(Loop)

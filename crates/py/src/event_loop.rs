@@ -40,6 +40,8 @@ use pyo3::PyTraverseError;
 
 use crate::cell::LoopCell;
 use crate::handle::{Handle, TimerHandle, NOT_SCHEDULED};
+use crate::sock_ops::{Kind, SocketOperation};
+use pyo3::buffer::PyUntypedBuffer;
 
 /// Token of the injector's eventfd in the poller; user fds use their own number.
 const WAKER_TOKEN: u64 = u64::MAX;
@@ -206,6 +208,18 @@ impl LoopCore {
         Ok(d)
     }
 
+    /// The Python implementation of a `sock_*` method (`_sockets.SocketOps`), for sockets and
+    /// modes the native path does not take.
+    fn python_sock_op<'py>(
+        slf: &Bound<'py, Self>,
+        name: &str,
+        args: (&Bound<'py, PyAny>, &Bound<'py, PyAny>),
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let method = crate::hooks::socket_ops(py)?.getattr(name)?;
+        Ok(method.call1((slf, args.0, args.1))?.unbind())
+    }
+
     /// Builds a handle for `callback(*args)` (context copied when not given).
     fn make_handle(
         slf: &Bound<'_, Self>,
@@ -319,7 +333,7 @@ impl LoopCore {
         Ok(())
     }
 
-    fn set_fd_handle(
+    pub(crate) fn set_fd_handle(
         slf: &Bound<'_, Self>,
         fd: &Bound<'_, PyAny>,
         callback: &Bound<'_, PyAny>,
@@ -383,7 +397,7 @@ impl LoopCore {
         Ok(handle)
     }
 
-    fn remove_fd_handle(
+    pub(crate) fn remove_fd_handle(
         slf: &Bound<'_, Self>,
         fd: &Bound<'_, PyAny>,
         write: bool,
@@ -749,6 +763,71 @@ impl LoopCore {
         Ok(crate::hooks::task_type(py)?
             .call((coro,), Some(&kwargs))?
             .unbind())
+    }
+
+    /// `sock.recv(n)` as an awaitable that finishes without a Future when data is there
+    /// (`sock_ops.rs`); other socket types and debug mode use `_sockets.SocketOps`.
+    fn sock_recv(
+        slf: &Bound<'_, Self>,
+        sock: &Bound<'_, PyAny>,
+        n: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        if slf.get().flags.debug() || !crate::hooks::is_plain_socket(sock)? {
+            return Self::python_sock_op(slf, "sock_recv", (sock, n));
+        }
+        // Anything but a non-negative int fails inside the coroutine, as in asyncio.
+        let Ok(n) = n.extract::<usize>() else {
+            return Self::python_sock_op(slf, "sock_recv", (sock, n));
+        };
+        let fd = fileobj_to_fd(sock).unwrap_or(-1);
+        Ok(SocketOperation::new(py, slf, sock, fd, Kind::Recv { n })?.into_any())
+    }
+
+    /// `sock.recv_into(buf)` as an awaitable; see `sock_recv`.
+    fn sock_recv_into(
+        slf: &Bound<'_, Self>,
+        sock: &Bound<'_, PyAny>,
+        buf: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        if slf.get().flags.debug() || !crate::hooks::is_plain_socket(sock)? {
+            return Self::python_sock_op(slf, "sock_recv_into", (sock, buf));
+        }
+        match PyUntypedBuffer::get(buf) {
+            Ok(view) if !view.readonly() && view.is_c_contiguous() => {
+                let fd = fileobj_to_fd(sock).unwrap_or(-1);
+                Ok(
+                    SocketOperation::new(py, slf, sock, fd, Kind::RecvInto { buf: view })?
+                        .into_any(),
+                )
+            }
+            // Read-only or strided buffers: the Python path raises socket's own errors.
+            _ => Self::python_sock_op(slf, "sock_recv_into", (sock, buf)),
+        }
+    }
+
+    /// `sock.sendall(data)` as an awaitable; see `sock_recv`.
+    fn sock_sendall(
+        slf: &Bound<'_, Self>,
+        sock: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        if slf.get().flags.debug() || !crate::hooks::is_plain_socket(sock)? {
+            return Self::python_sock_op(slf, "sock_sendall", (sock, data));
+        }
+        match PyUntypedBuffer::get(data) {
+            Ok(view) if view.is_c_contiguous() => {
+                let fd = fileobj_to_fd(sock).unwrap_or(-1);
+                let kind = Kind::SendAll {
+                    data: view,
+                    sent: 0,
+                };
+                Ok(SocketOperation::new(py, slf, sock, fd, kind)?.into_any())
+            }
+            _ => Self::python_sock_op(slf, "sock_sendall", (sock, data)),
+        }
     }
 
     /// `add_reader` that returns the handle (asyncio's `_add_reader`).

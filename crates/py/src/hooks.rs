@@ -55,3 +55,17 @@ pub fn base_create_task(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
         &["BaseEventLoop", "create_task"],
     )
 }
+
+static SOCKET_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+static SOCKET_OPS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Whether `obj` is exactly a `socket.socket` (not an SSL socket, wrapper or test double).
+pub fn is_plain_socket(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let ty = cached(obj.py(), &SOCKET_TYPE, "socket", &["socket"])?;
+    Ok(obj.get_type().is(ty))
+}
+
+/// `ferroloop._sockets.SocketOps`, the Python implementation of the `sock_*` methods.
+pub fn socket_ops(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    cached(py, &SOCKET_OPS, "ferroloop._sockets", &["SocketOps"])
+}

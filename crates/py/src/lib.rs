@@ -11,6 +11,7 @@ pub mod event_loop;
 mod fastcall;
 mod handle;
 mod hooks;
+mod sock_ops;
 
 use pyo3::prelude::*;
 
@@ -19,6 +20,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<event_loop::LoopCore>()?;
     m.add_class::<handle::Handle>()?;
     m.add_class::<handle::TimerHandle>()?;
+    m.add_class::<sock_ops::SocketOperation>()?;
     m.add_function(wrap_pyfunction!(fastcall::_install_fast_methods, m)?)?;
     m.add("DEBUG_BUILD", cfg!(debug_assertions))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -1,0 +1,437 @@
+//! Native `sock_recv`, `sock_recv_into` and `sock_sendall`: awaitables that try the syscall at
+//! once and finish without a Future or a poller round trip when the socket is ready.
+//!
+//! A `SocketOperation` speaks the coroutine protocol (`send`, `throw`, `close`, `__await__`,
+//! `__next__`; registered as `collections.abc.Coroutine` in Python, so `create_task` accepts it).
+//!
+//! States (`OpState`), all changed on the loop thread with the GIL:
+//! - `Start`: nothing registered. The first `send(None)` runs the syscall; if it completes, the
+//!   operation ends at once (`StopIteration(result)`), otherwise it moves to `Waiting`.
+//! - `Waiting`: a Future exists, the op's reader/writer handle is registered for its fd, and the
+//!   coroutine protocol is delegated to `future.__await__()`. When the fd is ready the handle
+//!   calls the op, which retries the syscall and completes the Future.
+//! - The registration is kept apart from the state: the Future's done callback (the op again,
+//!   called with the Future) takes it exactly once and removes it from the poller unless another
+//!   operation replaced it meanwhile — asyncio's `_sock_read_done`/`_sock_write_done` rule. Every
+//!   way out of `Waiting` (result, error, cancel, `throw`, `close`) completes or cancels the
+//!   Future, so the fd always leaves the poller.
+//! - `Done`: awaited to the end; awaiting again is a `RuntimeError`, as for a coroutine.
+//!
+//! Only exact `socket.socket` objects take this path (`LoopCore::sock_*` checks); anything else
+//! (SSL sockets, wrappers, test doubles) uses the Python implementation in `_sockets.py`.
+
+use std::os::fd::RawFd;
+
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::ffi;
+use pyo3::gc::PyVisit;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyInt, PyTuple};
+use pyo3::PyTraverseError;
+
+use crate::cell::LoopCell;
+use crate::event_loop::LoopCore;
+use crate::handle::Handle;
+
+pub(crate) enum Kind {
+    /// `sock.recv(n)`.
+    Recv { n: usize },
+    /// `sock.recv_into(buf)`.
+    RecvInto { buf: PyUntypedBuffer },
+    /// `sock.sendall(data)`: `sent` bytes of `data` are out.
+    SendAll { data: PyUntypedBuffer, sent: usize },
+}
+
+enum OpState {
+    Start,
+    Waiting { fut: Py<PyAny>, fut_iter: Py<PyAny> },
+    Done,
+}
+
+/// What one syscall attempt achieved.
+enum Attempt {
+    Finished(Py<PyAny>),
+    WouldBlock,
+}
+
+#[pyclass(module = "ferroloop", name = "SocketOperation", frozen)]
+pub struct SocketOperation {
+    loop_: Py<LoopCore>,
+    fd: RawFd,
+    /// The socket object, kept alive while the operation may still use its fd.
+    sock: Py<PyAny>,
+    kind: LoopCell<Kind>,
+    state: LoopCell<OpState>,
+    /// The reader/writer handle while registered; taken exactly once by the Future's done
+    /// callback, whatever state the protocol side is in by then.
+    registration: LoopCell<Option<Py<Handle>>>,
+}
+
+unsafe extern "C" {
+    /// CPython's in-place resize of a bytes object nobody else references yet (what
+    /// `socket.recv` itself uses); not exported by pyo3-ffi.
+    fn _PyBytes_Resize(bytes: *mut *mut ffi::PyObject, newsize: ffi::Py_ssize_t) -> i32;
+}
+
+/// The current `errno` as the matching `OSError` subclass, exactly as `socket` raises it.
+fn last_os_error(py: Python<'_>) -> PyErr {
+    // SAFETY: we hold the GIL and errno was set by the failed syscall just before.
+    unsafe { ffi::PyErr_SetFromErrno(ffi::PyExc_OSError) };
+    PyErr::fetch(py)
+}
+
+fn would_block(errno: i32) -> bool {
+    errno == libc::EAGAIN || errno == libc::EWOULDBLOCK
+}
+
+/// Ends the coroutine protocol with `StopIteration(value)`.
+fn stop_iteration(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyErr {
+    // A tuple would be taken as StopIteration's args; results here are bytes, int or None.
+    debug_assert!(!value.is_instance_of::<PyTuple>());
+    // SAFETY: we hold the GIL; both pointers are live objects.
+    unsafe { ffi::PyErr_SetObject(ffi::PyExc_StopIteration, value.as_ptr()) };
+    PyErr::fetch(py)
+}
+
+impl SocketOperation {
+    pub(crate) fn new(
+        py: Python<'_>,
+        loop_: &Bound<'_, LoopCore>,
+        sock: &Bound<'_, PyAny>,
+        fd: RawFd,
+        kind: Kind,
+    ) -> PyResult<Py<Self>> {
+        Py::new(
+            py,
+            Self {
+                loop_: loop_.clone().unbind(),
+                fd,
+                sock: sock.clone().unbind(),
+                kind: LoopCell::new(kind),
+                state: LoopCell::new(OpState::Start),
+                registration: LoopCell::new(None),
+            },
+        )
+    }
+
+    fn writes(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(matches!(&*self.kind.borrow(py)?, Kind::SendAll { .. }))
+    }
+
+    /// One non-blocking syscall.
+    fn attempt(&self, py: Python<'_>) -> PyResult<Attempt> {
+        let mut kind = self.kind.borrow(py)?;
+        loop {
+            let (ret, errno) = match &mut *kind {
+                // As CPython's socket module: a zero-length read returns at once, without a
+                // syscall (one would report "would block" on an empty socket).
+                Kind::Recv { n: 0 } => {
+                    return Ok(Attempt::Finished(PyBytes::new(py, b"").into_any().unbind()));
+                }
+                Kind::RecvInto { buf } if buf.len_bytes() == 0 => {
+                    return Ok(Attempt::Finished(PyInt::new(py, 0).into_any().unbind()));
+                }
+                Kind::Recv { n } => {
+                    let n = *n;
+                    // SAFETY: a NULL source asks for an uninitialised bytes object of `n` bytes:
+                    // a new reference, or NULL with an exception set.
+                    let raw = unsafe { ffi::PyBytes_FromStringAndSize(std::ptr::null(), n as _) };
+                    if raw.is_null() {
+                        return Err(PyErr::fetch(py));
+                    }
+                    // SAFETY: `raw` is a bytes object with `n` writable bytes that nobody else
+                    // has seen yet.
+                    let r = unsafe { libc::recv(self.fd, ffi::PyBytes_AsString(raw).cast(), n, 0) };
+                    if r < 0 {
+                        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                        // SAFETY: we own the only reference to `raw`.
+                        unsafe { ffi::Py_DECREF(raw) };
+                        (r, errno)
+                    } else {
+                        let mut obj = raw;
+                        // SAFETY: as CPython's socket.recv does: shrink the unshared bytes object
+                        // to what arrived; on failure it is freed, `obj` is NULL and an exception
+                        // is set.
+                        if r as usize != n && unsafe { _PyBytes_Resize(&raw mut obj, r as _) } < 0 {
+                            return Err(PyErr::fetch(py));
+                        }
+                        // SAFETY: `obj` is an owned, valid bytes object.
+                        let bytes = unsafe { Bound::from_owned_ptr(py, obj) };
+                        return Ok(Attempt::Finished(bytes.unbind()));
+                    }
+                }
+                Kind::RecvInto { buf } => {
+                    // SAFETY: the buffer is writable and C-contiguous (checked when the op was
+                    // built) and stays exported while `buf` lives.
+                    let r = unsafe { libc::recv(self.fd, buf.buf_ptr(), buf.len_bytes(), 0) };
+                    if r >= 0 {
+                        let n = PyInt::new(py, r).into_any().unbind();
+                        return Ok(Attempt::Finished(n));
+                    }
+                    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                    (r, errno)
+                }
+                Kind::SendAll { data, sent } => {
+                    let total = data.len_bytes();
+                    if *sent >= total {
+                        return Ok(Attempt::Finished(py.None()));
+                    }
+                    // SAFETY: `data` is a C-contiguous exported buffer of `total` bytes and
+                    // `*sent < total`, so the range is inside it.
+                    let r = unsafe {
+                        libc::send(
+                            self.fd,
+                            data.buf_ptr().cast::<u8>().add(*sent).cast(),
+                            total - *sent,
+                            0,
+                        )
+                    };
+                    if r >= 0 {
+                        *sent += r as usize;
+                        if *sent >= total {
+                            return Ok(Attempt::Finished(py.None()));
+                        }
+                        continue;
+                    }
+                    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                    (r, errno)
+                }
+            };
+            debug_assert!(ret < 0);
+            if errno == libc::EINTR {
+                continue;
+            }
+            if would_block(errno) {
+                return Ok(Attempt::WouldBlock);
+            }
+            // Restore errno for PyErr_SetFromErrno.
+            // SAFETY: __errno_location always returns this thread's valid errno slot.
+            unsafe { *libc::__errno_location() = errno };
+            drop(kind);
+            return Err(last_os_error(py));
+        }
+    }
+
+    /// First step: the syscall at once, or register interest and delegate to a Future.
+    fn start(slf: &Bound<'_, Self>) -> PyResult<Option<Py<PyAny>>> {
+        let py = slf.py();
+        let this = slf.get();
+        let attempt = this.attempt(py);
+        match attempt {
+            Ok(Attempt::Finished(v)) => {
+                *this.state.borrow(py)? = OpState::Done;
+                Err(stop_iteration(py, v.bind(py)))
+            }
+            Err(e) => {
+                *this.state.borrow(py)? = OpState::Done;
+                Err(e)
+            }
+            Ok(Attempt::WouldBlock) => {
+                let lp = this.loop_.bind(py);
+                let fut = lp.call_method0(intern!(py, "create_future"))?;
+                let fd = PyInt::new(py, this.fd).into_any();
+                let handle = LoopCore::set_fd_handle(
+                    lp,
+                    &fd,
+                    slf.as_any(),
+                    PyTuple::empty(py),
+                    this.writes(py)?,
+                )?;
+                *this.registration.borrow(py)? = Some(handle);
+                fut.call_method1(intern!(py, "add_done_callback"), (slf,))?;
+                let fut_iter = fut.call_method0(intern!(py, "__await__"))?;
+                let first = fut_iter.call_method0(intern!(py, "__next__"))?.unbind();
+                *this.state.borrow(py)? = OpState::Waiting {
+                    fut: fut.unbind(),
+                    fut_iter: fut_iter.unbind(),
+                };
+                Ok(Some(first))
+            }
+        }
+    }
+
+    /// Delegates one protocol step to the Future's iterator; marks the op done when it ends.
+    fn delegate<'py>(
+        slf: &Bound<'py, Self>,
+        step: impl FnOnce(&Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let py = slf.py();
+        let fut_iter = match &*slf.get().state.borrow(py)? {
+            OpState::Waiting { fut_iter, .. } => fut_iter.clone_ref(py),
+            _ => unreachable!("delegate is only called while waiting"),
+        };
+        let fut_iter = fut_iter.into_bound(py);
+        match step(&fut_iter) {
+            Ok(v) => Ok(Some(v.unbind())),
+            Err(e) => {
+                let finished = std::mem::replace(&mut *slf.get().state.borrow(py)?, OpState::Done);
+                drop(finished);
+                Err(e)
+            }
+        }
+    }
+
+    /// The reader/writer handle fired: retry, and complete the Future unless it would block.
+    fn on_ready(&self, py: Python<'_>) -> PyResult<()> {
+        let fut = match &*self.state.borrow(py)? {
+            OpState::Waiting { fut, .. } => fut.clone_ref(py),
+            _ => return Ok(()),
+        };
+        let fut = fut.bind(py);
+        if fut.call_method0(intern!(py, "done"))?.is_truthy()? {
+            return Ok(());
+        }
+        match self.attempt(py) {
+            Ok(Attempt::WouldBlock) => Ok(()),
+            Ok(Attempt::Finished(v)) => fut.call_method1(intern!(py, "set_result"), (v,)).map(drop),
+            Err(e) => fut
+                .call_method1(intern!(py, "set_exception"), (e.into_value(py),))
+                .map(drop),
+        }
+    }
+
+    /// The Future is done (result, error or cancel): leave the poller, unless another
+    /// operation has replaced our registration since.
+    fn on_done(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(handle) = self.registration.borrow(py)?.take() else {
+            return Ok(());
+        };
+        if handle.get().is_cancelled() {
+            return Ok(());
+        }
+        let fd = PyInt::new(py, self.fd).into_any();
+        let lp = self.loop_.bind(py);
+        LoopCore::remove_fd_handle(lp, &fd, self.writes(py)?).map(drop)
+    }
+}
+
+#[pymethods]
+impl SocketOperation {
+    fn __await__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__(slf: &Bound<'_, Self>) -> PyResult<Option<Py<PyAny>>> {
+        Self::send(slf, &slf.py().None().into_bound(slf.py()))
+    }
+
+    fn send(slf: &Bound<'_, Self>, value: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
+        let py = slf.py();
+        let starting = match &*slf.get().state.borrow(py)? {
+            OpState::Start => true,
+            OpState::Waiting { .. } => false,
+            OpState::Done => {
+                return Err(PyRuntimeError::new_err(
+                    "cannot reuse already awaited coroutine",
+                ))
+            }
+        };
+        if starting {
+            if !value.is_none() {
+                return Err(PyTypeError::new_err(
+                    "can't send non-None value to a just-started coroutine",
+                ));
+            }
+            return Self::start(slf);
+        }
+        Self::delegate(slf, |it| {
+            if value.is_none() {
+                it.call_method0(intern!(py, "__next__"))
+            } else {
+                it.call_method1(intern!(py, "send"), (value,))
+            }
+        })
+    }
+
+    #[pyo3(signature = (typ, val=None, tb=None))]
+    fn throw(
+        slf: &Bound<'_, Self>,
+        typ: &Bound<'_, PyAny>,
+        val: Option<&Bound<'_, PyAny>>,
+        tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let py = slf.py();
+        let waiting = match &*slf.get().state.borrow(py)? {
+            OpState::Waiting { fut, .. } => Some(fut.clone_ref(py)),
+            _ => None,
+        };
+        let Some(fut) = waiting else {
+            // Not started (or finished): raise the exception here, as a fresh coroutine does.
+            *slf.get().state.borrow(py)? = OpState::Done;
+            let err = match val {
+                Some(v) if !v.is_none() => PyErr::from_value(v.clone()),
+                _ => PyErr::from_value(typ.clone()),
+            };
+            return Err(err);
+        };
+        // The exception goes into the Future's iterator (which re-raises it); the Future is then
+        // cancelled so the fd leaves the poller.
+        let result = Self::delegate(slf, |it| {
+            let given: Vec<&Bound<'_, PyAny>> =
+                [Some(typ), val, tb].into_iter().flatten().collect();
+            let args = PyTuple::new(py, given)?;
+            it.call_method1(intern!(py, "throw"), args)
+        });
+        fut.bind(py).call_method0(intern!(py, "cancel"))?;
+        result
+    }
+
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let previous = std::mem::replace(&mut *slf.get().state.borrow(py)?, OpState::Done);
+        if let OpState::Waiting { fut, .. } = &previous {
+            // The done callback then takes the registration out of the poller.
+            fut.bind(py).call_method0(intern!(py, "cancel"))?;
+        }
+        drop(previous);
+        Ok(())
+    }
+
+    /// Called by the loop: with no argument when the fd is ready, with the Future when it is
+    /// done.
+    #[pyo3(signature = (fut=None))]
+    fn __call__(&self, py: Python<'_>, fut: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        match fut {
+            None => self.on_ready(py),
+            Some(_) => self.on_done(py),
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let what = match &*self.kind.borrow(py)? {
+            Kind::Recv { .. } => "sock_recv",
+            Kind::RecvInto { .. } => "sock_recv_into",
+            Kind::SendAll { .. } => "sock_sendall",
+        };
+        Ok(format!("<ferroloop.SocketOperation {what} fd={}>", self.fd))
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.loop_)?;
+        visit.call(&self.sock)?;
+        if let Some(st) = self.state.try_borrow_for_gc() {
+            if let OpState::Waiting { fut, fut_iter } = &*st {
+                visit.call(fut)?;
+                visit.call(fut_iter)?;
+            }
+        }
+        if let Some(reg) = self.registration.try_borrow_for_gc() {
+            visit.call(&*reg)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let taken = self
+            .state
+            .try_borrow_for_gc()
+            .map(|mut st| std::mem::replace(&mut *st, OpState::Done));
+        let registration = self
+            .registration
+            .try_borrow_for_gc()
+            .and_then(|mut r| r.take());
+        drop((taken, registration));
+    }
+}
