@@ -131,3 +131,25 @@ def test_many_sequential_sock_recv_on_one_socket(loop, pair):
         return got
 
     assert loop.run_until_complete(main()) == [bytes([i % 256]) for i in range(200)]
+
+
+def test_sock_recv_created_before_close_never_reads_a_reused_fd(loop):
+    first, peer = socket.socketpair()
+    op = loop.sock_recv(first, 10)
+    number = first.fileno()
+    first.close()
+    peer.close()
+    # Linux hands out the lowest free fd, so `a` takes the closed socket's number; data waits
+    # on it.
+    a, b = socket.socketpair()
+    try:
+        for s in (a, b):
+            s.setblocking(False)
+        if a.fileno() != number:
+            pytest.skip("another thread took the fd number first")
+        b.send(b"not yours")
+        with pytest.raises(OSError):
+            loop.run_until_complete(op)
+    finally:
+        a.close()
+        b.close()

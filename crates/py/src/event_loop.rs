@@ -780,8 +780,7 @@ impl LoopCore {
         let Ok(n) = n.extract::<usize>() else {
             return Self::python_sock_op(slf, "sock_recv", (sock, n));
         };
-        let fd = fileobj_to_fd(sock).unwrap_or(-1);
-        Ok(SocketOperation::new(py, slf, sock, fd, Kind::Recv { n })?.into_any())
+        Ok(SocketOperation::new(py, slf, sock, Kind::Recv { n })?.into_any())
     }
 
     /// `sock.recv_into(buf)` as an awaitable; see `sock_recv`.
@@ -796,11 +795,7 @@ impl LoopCore {
         }
         match PyUntypedBuffer::get(buf) {
             Ok(view) if !view.readonly() && view.is_c_contiguous() => {
-                let fd = fileobj_to_fd(sock).unwrap_or(-1);
-                Ok(
-                    SocketOperation::new(py, slf, sock, fd, Kind::RecvInto { buf: view })?
-                        .into_any(),
-                )
+                Ok(SocketOperation::new(py, slf, sock, Kind::RecvInto { buf: view })?.into_any())
             }
             // Read-only or strided buffers: the Python path raises socket's own errors.
             _ => Self::python_sock_op(slf, "sock_recv_into", (sock, buf)),
@@ -819,12 +814,11 @@ impl LoopCore {
         }
         match PyUntypedBuffer::get(data) {
             Ok(view) if view.is_c_contiguous() => {
-                let fd = fileobj_to_fd(sock).unwrap_or(-1);
                 let kind = Kind::SendAll {
                     data: view,
                     sent: 0,
                 };
-                Ok(SocketOperation::new(py, slf, sock, fd, kind)?.into_any())
+                Ok(SocketOperation::new(py, slf, sock, kind)?.into_any())
             }
             _ => Self::python_sock_op(slf, "sock_sendall", (sock, data)),
         }

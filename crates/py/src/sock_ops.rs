@@ -59,14 +59,14 @@ enum Attempt {
 #[pyclass(module = "ferroloop", name = "SocketOperation", frozen)]
 pub struct SocketOperation {
     loop_: Py<LoopCore>,
-    fd: RawFd,
-    /// The socket object, kept alive while the operation may still use its fd.
+    /// The socket; its fd is read at every attempt, as `sock.recv()` would, so a socket closed
+    /// before the await fails with EBADF instead of reaching whatever reused its fd number.
     sock: Py<PyAny>,
     kind: LoopCell<Kind>,
     state: LoopCell<OpState>,
-    /// The reader/writer handle while registered; taken exactly once by the Future's done
-    /// callback, whatever state the protocol side is in by then.
-    registration: LoopCell<Option<Py<Handle>>>,
+    /// The reader/writer handle and the fd it is registered for; taken exactly once by the
+    /// Future's done callback, whatever state the protocol side is in by then.
+    registration: LoopCell<Option<(Py<Handle>, RawFd)>>,
 }
 
 unsafe extern "C" {
@@ -100,14 +100,12 @@ impl SocketOperation {
         py: Python<'_>,
         loop_: &Bound<'_, LoopCore>,
         sock: &Bound<'_, PyAny>,
-        fd: RawFd,
         kind: Kind,
     ) -> PyResult<Py<Self>> {
         Py::new(
             py,
             Self {
                 loop_: loop_.clone().unbind(),
-                fd,
                 sock: sock.clone().unbind(),
                 kind: LoopCell::new(kind),
                 state: LoopCell::new(OpState::Start),
@@ -120,8 +118,17 @@ impl SocketOperation {
         Ok(matches!(&*self.kind.borrow(py)?, Kind::SendAll { .. }))
     }
 
+    /// The socket's fd now (-1 once closed: the syscall then fails with EBADF, as in Python).
+    fn fd(&self, py: Python<'_>) -> PyResult<RawFd> {
+        self.sock
+            .bind(py)
+            .call_method0(intern!(py, "fileno"))?
+            .extract()
+    }
+
     /// One non-blocking syscall.
     fn attempt(&self, py: Python<'_>) -> PyResult<Attempt> {
+        let fd = self.fd(py)?;
         let mut kind = self.kind.borrow(py)?;
         loop {
             let (ret, errno) = match &mut *kind {
@@ -143,7 +150,7 @@ impl SocketOperation {
                     }
                     // SAFETY: `raw` is a bytes object with `n` writable bytes that nobody else
                     // has seen yet.
-                    let r = unsafe { libc::recv(self.fd, ffi::PyBytes_AsString(raw).cast(), n, 0) };
+                    let r = unsafe { libc::recv(fd, ffi::PyBytes_AsString(raw).cast(), n, 0) };
                     if r < 0 {
                         let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
                         // SAFETY: we own the only reference to `raw`.
@@ -165,7 +172,7 @@ impl SocketOperation {
                 Kind::RecvInto { buf } => {
                     // SAFETY: the buffer is writable and C-contiguous (checked when the op was
                     // built) and stays exported while `buf` lives.
-                    let r = unsafe { libc::recv(self.fd, buf.buf_ptr(), buf.len_bytes(), 0) };
+                    let r = unsafe { libc::recv(fd, buf.buf_ptr(), buf.len_bytes(), 0) };
                     if r >= 0 {
                         let n = PyInt::new(py, r).into_any().unbind();
                         return Ok(Attempt::Finished(n));
@@ -182,7 +189,7 @@ impl SocketOperation {
                     // `*sent < total`, so the range is inside it.
                     let r = unsafe {
                         libc::send(
-                            self.fd,
+                            fd,
                             data.buf_ptr().cast::<u8>().add(*sent).cast(),
                             total - *sent,
                             0,
@@ -231,15 +238,15 @@ impl SocketOperation {
             Ok(Attempt::WouldBlock) => {
                 let lp = this.loop_.bind(py);
                 let fut = lp.call_method0(intern!(py, "create_future"))?;
-                let fd = PyInt::new(py, this.fd).into_any();
+                let fd = this.fd(py)?;
                 let handle = LoopCore::set_fd_handle(
                     lp,
-                    &fd,
+                    PyInt::new(py, fd).as_any(),
                     slf.as_any(),
                     PyTuple::empty(py),
                     this.writes(py)?,
                 )?;
-                *this.registration.borrow(py)? = Some(handle);
+                *this.registration.borrow(py)? = Some((handle, fd));
                 fut.call_method1(intern!(py, "add_done_callback"), (slf,))?;
                 let fut_iter = fut.call_method0(intern!(py, "__await__"))?;
                 let first = fut_iter.call_method0(intern!(py, "__next__"))?.unbind();
@@ -295,15 +302,14 @@ impl SocketOperation {
     /// The Future is done (result, error or cancel): leave the poller, unless another
     /// operation has replaced our registration since.
     fn on_done(&self, py: Python<'_>) -> PyResult<()> {
-        let Some(handle) = self.registration.borrow(py)?.take() else {
+        let Some((handle, fd)) = self.registration.borrow(py)?.take() else {
             return Ok(());
         };
         if handle.get().is_cancelled() {
             return Ok(());
         }
-        let fd = PyInt::new(py, self.fd).into_any();
         let lp = self.loop_.bind(py);
-        LoopCore::remove_fd_handle(lp, &fd, self.writes(py)?).map(drop)
+        LoopCore::remove_fd_handle(lp, PyInt::new(py, fd).as_any(), self.writes(py)?).map(drop)
     }
 }
 
@@ -405,7 +411,10 @@ impl SocketOperation {
             Kind::RecvInto { .. } => "sock_recv_into",
             Kind::SendAll { .. } => "sock_sendall",
         };
-        Ok(format!("<ferroloop.SocketOperation {what} fd={}>", self.fd))
+        Ok(format!(
+            "<ferroloop.SocketOperation {what} {}>",
+            self.sock.bind(py).repr()?
+        ))
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
@@ -418,7 +427,9 @@ impl SocketOperation {
             }
         }
         if let Some(reg) = self.registration.try_borrow_for_gc() {
-            visit.call(&*reg)?;
+            if let Some((handle, _)) = &*reg {
+                visit.call(handle)?;
+            }
         }
         Ok(())
     }
