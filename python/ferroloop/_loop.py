@@ -24,28 +24,16 @@ from typing import Any
 from ._native import Handle, LoopCore, SocketOperation, _install_fast_methods
 from ._signals import SignalOps
 from ._sockets import SocketOps
-
-_TRANSPORTS_MISSING = (
-    "ferroloop: {} is not implemented yet (transports are the next milestone); "
-    "use asyncio's loop for this program until then"
-)
+from ._transports import TransportOps
 
 
-def _not_yet(name: str) -> Any:
-    async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(_TRANSPORTS_MISSING.format(name))
-
-    method.__name__ = name
-    method.__doc__ = f"Not implemented yet: raises NotImplementedError ({name})."
-    return method
-
-
-class Loop(LoopCore, SocketOps, SignalOps, base_events.BaseEventLoop):  # type: ignore[misc]
+class Loop(LoopCore, SocketOps, SignalOps, TransportOps, base_events.BaseEventLoop):  # type: ignore[misc]
     """An asyncio event loop whose core is written in Rust."""
 
     def __init__(self) -> None:
         super().__init__()
         self._signals_init()
+        self._transports_init()
 
     # -- running --------------------------------------------------------------------------------
 
@@ -81,6 +69,7 @@ class Loop(LoopCore, SocketOps, SignalOps, base_events.BaseEventLoop):  # type: 
         self._signals_close()
         super().close()
         self._close_native()
+        self._transports_close()
 
     # -- called by the native core ----------------------------------------------------------
 
@@ -123,21 +112,6 @@ class Loop(LoopCore, SocketOps, SignalOps, base_events.BaseEventLoop):  # type: 
     def _write_to_self(self) -> None:
         """asyncio's self-pipe wake-up: an empty thread-safe call wakes the native loop."""
         self.call_soon_threadsafe(_noop)
-
-    # -- transports (next milestone) -------------------------------------------------------
-
-    create_connection = _not_yet("create_connection")
-    create_server = _not_yet("create_server")
-    create_datagram_endpoint = _not_yet("create_datagram_endpoint")
-    create_unix_connection = _not_yet("create_unix_connection")
-    create_unix_server = _not_yet("create_unix_server")
-    connect_accepted_socket = _not_yet("connect_accepted_socket")
-    connect_read_pipe = _not_yet("connect_read_pipe")
-    connect_write_pipe = _not_yet("connect_write_pipe")
-    subprocess_exec = _not_yet("subprocess_exec")
-    subprocess_shell = _not_yet("subprocess_shell")
-    start_tls = _not_yet("start_tls")
-    sendfile = _not_yet("sendfile")
 
 
 def _noop() -> None:

@@ -1,0 +1,96 @@
+"""Transports, servers, pipes and subprocesses: asyncio's own implementations on ferroloop.
+
+An interim step of issue 3. asyncio's selector-loop transports (`_SelectorSocketTransport`,
+`_SelectorDatagramTransport`, the Unix pipe and subprocess transports, and `sslproto` for TLS)
+need only a few hooks from their loop: `_add_reader`/`_add_writer` (native here),
+`_remove_reader`/`_remove_writer`, a `_transports` map from fd to transport, and the
+`_start_serving`/`_accept_connection`/`_stop_serving` plumbing. This mixin supplies those hooks
+and borrows the stdlib methods that build on them, so create_connection, create_server,
+create_datagram_endpoint, create_unix_connection/server, connect_read_pipe/write_pipe,
+subprocess_exec/shell, start_tls and sendfile behave exactly as in asyncio, driven by the native
+readiness registry. The borrowed functions were checked to use neither a zero-argument `super()`
+nor the selector. Native transports (reads into Rust buffers, vectored writes) replace them
+class by class later.
+"""
+
+from __future__ import annotations
+
+import selectors
+import weakref
+from asyncio import selector_events, unix_events
+from typing import Any
+
+# Methods of asyncio.selector_events.BaseSelectorEventLoop used as they are.
+_FROM_SELECTOR_LOOP = (
+    "_make_socket_transport",
+    "_make_ssl_transport",
+    "_make_datagram_transport",
+    "_start_serving",
+    "_accept_connection",
+    "_accept_connection2",
+    "_ensure_fd_no_transport",
+    "_stop_serving",
+    "_sendfile_native",
+)
+
+# Methods of asyncio.unix_events._UnixSelectorEventLoop used as they are.
+_FROM_UNIX_LOOP = (
+    "_make_read_pipe_transport",
+    "_make_write_pipe_transport",
+    "_make_subprocess_transport",
+    "_child_watcher_callback",
+    "create_unix_connection",
+    "create_unix_server",
+)
+
+
+class RegistryView:
+    """Read-only ``selectors``-style view of the native fd registry, as ``loop._selector``.
+
+    asyncio's transports only read it for their reprs (``_test_selector_event``:
+    ``get_key(fd).events``); nothing registers through it.
+    """
+
+    def __init__(self, loop: Any) -> None:
+        self._loop = weakref.ref(loop)
+
+    def get_key(self, fileobj: Any) -> selectors.SelectorKey:
+        loop = self._loop()
+        reading, writing = loop._fd_registered(fileobj) if loop is not None else (False, False)
+        if not (reading or writing):
+            raise KeyError(f"{fileobj!r} is not registered")
+        events = selectors.EVENT_READ if reading else 0
+        if writing:
+            events |= selectors.EVENT_WRITE
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        return selectors.SelectorKey(fileobj, fd, events, None)
+
+
+class TransportOps:
+    """Mixin for ``ferroloop.Loop``: the loop-side hooks asyncio's transports call."""
+
+    _transports: weakref.WeakValueDictionary[int, Any]
+    _selector: RegistryView | None
+    remove_reader: Any
+    remove_writer: Any
+
+    def _transports_init(self) -> None:
+        self._transports = weakref.WeakValueDictionary()
+        self._selector = RegistryView(self)
+
+    def _transports_close(self) -> None:
+        # As asyncio's selector loop: a closed loop has no selector (transport reprs say "open").
+        self._selector = None
+
+    def _remove_reader(self, fd: Any) -> bool:
+        return self.remove_reader(fd)
+
+    def _remove_writer(self, fd: Any) -> bool:
+        return self.remove_writer(fd)
+
+
+for _name in _FROM_SELECTOR_LOOP:
+    setattr(TransportOps, _name, getattr(selector_events.BaseSelectorEventLoop, _name))
+for _name in _FROM_UNIX_LOOP:
+    setattr(TransportOps, _name, getattr(unix_events._UnixSelectorEventLoop, _name))
+del _name
