@@ -2,8 +2,8 @@
 
 An interim step of issue 3. asyncio's selector-loop transports (`_SelectorSocketTransport`,
 `_SelectorDatagramTransport`, the Unix pipe and subprocess transports, and `sslproto` for TLS)
-need only a few hooks from their loop: `_add_reader`/`_add_writer` (native here),
-`_remove_reader`/`_remove_writer`, a `_transports` map from fd to transport, and the
+need only a few hooks from their loop: `_add_reader`/`_add_writer`/`_remove_reader`/
+`_remove_writer` (native), a `_transports` map from fd to transport, and the
 `_start_serving`/`_accept_connection`/`_stop_serving` plumbing. This mixin supplies those hooks
 and borrows the stdlib methods that build on them, so create_connection, create_server,
 create_datagram_endpoint, create_unix_connection/server, connect_read_pipe/write_pipe,
@@ -71,8 +71,6 @@ class TransportOps:
 
     _transports: weakref.WeakValueDictionary[int, Any]
     _selector: RegistryView | None
-    remove_reader: Any
-    remove_writer: Any
 
     def _transports_init(self) -> None:
         self._transports = weakref.WeakValueDictionary()
@@ -81,12 +79,6 @@ class TransportOps:
     def _transports_close(self) -> None:
         # As asyncio's selector loop: a closed loop has no selector (transport reprs say "open").
         self._selector = None
-
-    def _remove_reader(self, fd: Any) -> bool:
-        return self.remove_reader(fd)
-
-    def _remove_writer(self, fd: Any) -> bool:
-        return self.remove_writer(fd)
 
 
 for _name in _FROM_SELECTOR_LOOP:

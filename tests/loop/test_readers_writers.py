@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 
@@ -497,3 +498,26 @@ def test_many_readers_each_fire(loop):
         for reader, writer in pairs:
             reader.close()
             writer.close()
+
+
+@pytest.mark.parametrize("method", ["add_reader", "add_writer", "remove_reader", "remove_writer"])
+def test_public_fd_methods_refuse_an_fd_owned_by_a_transport(loop, method):
+    async def close_at_once(_reader, writer):
+        writer.close()
+        await writer.wait_closed()
+
+    async def main():
+        server = await asyncio.start_server(close_at_once, "127.0.0.1", 0)
+        _reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+        fd = writer.transport.get_extra_info("socket").fileno()
+        try:
+            args = (fd, print) if method.startswith("add") else (fd,)
+            with pytest.raises(RuntimeError, match="is used by transport"):
+                getattr(loop, method)(*args)
+        finally:
+            writer.close()
+            await writer.wait_closed()
+            server.close()
+            await server.wait_closed()
+
+    loop.run_until_complete(main())

@@ -220,6 +220,21 @@ impl LoopCore {
         Ok(method.call1((slf, args.0, args.1))?.unbind())
     }
 
+    /// asyncio's public `add_*`/`remove_*` refuse an fd that a live transport owns
+    /// (`_ensure_fd_no_transport`, on the Python subclass); the `_`-prefixed internals do not check.
+    fn ensure_no_transport(slf: &Bound<'_, Self>, fd: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        // A bare LoopCore (no Python subclass) has no transports.
+        let Ok(transports) = slf.getattr(intern!(py, "_transports")) else {
+            return Ok(());
+        };
+        if transports.len()? == 0 {
+            return Ok(());
+        }
+        slf.call_method1(intern!(py, "_ensure_fd_no_transport"), (fd,))
+            .map(drop)
+    }
+
     /// Builds a handle for `callback(*args)` (context copied when not given).
     fn make_handle(
         slf: &Bound<'_, Self>,
@@ -852,6 +867,7 @@ impl LoopCore {
         callback: &Bound<'_, PyAny>,
         args: Bound<'_, PyTuple>,
     ) -> PyResult<()> {
+        Self::ensure_no_transport(slf, fd)?;
         Self::set_fd_handle(slf, fd, callback, args, false).map(drop)
     }
 
@@ -862,14 +878,28 @@ impl LoopCore {
         callback: &Bound<'_, PyAny>,
         args: Bound<'_, PyTuple>,
     ) -> PyResult<()> {
+        Self::ensure_no_transport(slf, fd)?;
         Self::set_fd_handle(slf, fd, callback, args, true).map(drop)
     }
 
     fn remove_reader(slf: &Bound<'_, Self>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Self::ensure_no_transport(slf, fd)?;
         Self::remove_fd_handle(slf, fd, false)
     }
 
     fn remove_writer(slf: &Bound<'_, Self>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Self::ensure_no_transport(slf, fd)?;
+        Self::remove_fd_handle(slf, fd, true)
+    }
+
+    /// `remove_reader` without the transport check (asyncio's `_remove_reader`, which transports
+    /// call for their own fd).
+    fn _remove_reader(slf: &Bound<'_, Self>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Self::remove_fd_handle(slf, fd, false)
+    }
+
+    /// `remove_writer` without the transport check.
+    fn _remove_writer(slf: &Bound<'_, Self>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
         Self::remove_fd_handle(slf, fd, true)
     }
 
