@@ -40,6 +40,7 @@ class SocketOps:
 
     _add_reader: Any
     _add_writer: Any
+    _ensure_fd_no_transport: Any
     remove_reader: Any
     remove_writer: Any
     create_future: Any
@@ -58,6 +59,7 @@ class SocketOps:
         """Runs ``op(*args)`` each time ``sock`` is readable until it does not block."""
         fut = self.create_future()
         fd = sock.fileno()
+        self._ensure_fd_no_transport(fd)
         handle = self._add_reader(fd, self._finish, fut, op, *args)
         fut.add_done_callback(functools.partial(self._sock_read_done, fd, handle=handle))
         return await fut
@@ -66,6 +68,7 @@ class SocketOps:
         """Runs ``op(*args)`` each time ``sock`` is writable until it does not block."""
         fut = self.create_future()
         fd = sock.fileno()
+        self._ensure_fd_no_transport(fd)
         handle = self._add_writer(fd, self._finish, fut, op, *args)
         fut.add_done_callback(functools.partial(self._sock_write_done, fd, handle=handle))
         return await fut

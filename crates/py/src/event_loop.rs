@@ -222,7 +222,10 @@ impl LoopCore {
 
     /// asyncio's public `add_*`/`remove_*` refuse an fd that a live transport owns
     /// (`_ensure_fd_no_transport`, on the Python subclass); the `_`-prefixed internals do not check.
-    fn ensure_no_transport(slf: &Bound<'_, Self>, fd: &Bound<'_, PyAny>) -> PyResult<()> {
+    pub(crate) fn ensure_no_transport(
+        slf: &Bound<'_, Self>,
+        fd: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let py = slf.py();
         // A bare LoopCore (no Python subclass) has no transports.
         let Ok(transports) = slf.getattr(intern!(py, "_transports")) else {

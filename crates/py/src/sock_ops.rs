@@ -239,9 +239,12 @@ impl SocketOperation {
                 let lp = this.loop_.bind(py);
                 let fut = lp.call_method0(intern!(py, "create_future"))?;
                 let fd = this.fd(py)?;
+                let fd_obj = PyInt::new(py, fd);
+                // As asyncio: waiting on a socket that a transport owns is an error.
+                LoopCore::ensure_no_transport(lp, fd_obj.as_any())?;
                 let handle = LoopCore::set_fd_handle(
                     lp,
-                    PyInt::new(py, fd).as_any(),
+                    fd_obj.as_any(),
                     slf.as_any(),
                     PyTuple::empty(py),
                     this.writes(py)?,

@@ -1,0 +1,157 @@
+"""TCP transports with a Protocol: callback order, data both ways, EOF, close and abort."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+def test_callbacks_run_once_in_order_on_both_sides(loop, run, recorder, tcp_connect):
+    class Echo(recorder):
+        def data_received(self, data):
+            super().data_received(data)
+            self.transport.write(data.upper())
+
+    async def main():
+        ends = await tcp_connect(Echo, recorder)
+        ends.client.transport.write(b"hello")
+        ends.client.transport.write_eof()
+        await ends.client.lost
+        await ends.accepted.lost
+        return ends
+
+    ends = run(main())
+    expected = ["connection_made", "data_received", "eof_received", "connection_lost"]
+    assert ends.client.milestones() == expected
+    assert ends.accepted.milestones() == expected
+    for side in (ends.client, ends.accepted):
+        assert side.events.count("connection_made") == 1
+        assert side.events.count("eof_received") == 1
+        assert side.events.count("connection_lost") == 1
+        assert side.lost_exc is None
+    assert bytes(ends.accepted.received) == b"hello"
+    assert bytes(ends.client.received) == b"HELLO"
+
+
+def test_eof_received_returning_false_closes_the_transport(loop, run, recorder, tcp_connect):
+    async def main():
+        ends = await tcp_connect(recorder, recorder)
+        ends.client.transport.write_eof()
+        await ends.accepted.eof
+        closing = ends.accepted.transport.is_closing()
+        await ends.accepted.lost
+        await ends.client.lost
+        return ends, closing
+
+    ends, closing = run(main())
+    assert closing
+    assert ends.client.milestones() == ["connection_made", "eof_received", "connection_lost"]
+
+
+def test_eof_received_returning_true_keeps_the_write_side_open(loop, run, recorder, tcp_connect):
+    class HalfOpen(recorder):
+        keep_open_on_eof = True
+
+        def eof_received(self):
+            self.transport.write(b"after your eof")
+            self.transport.close()
+            return super().eof_received()
+
+    async def main():
+        ends = await tcp_connect(HalfOpen, recorder)
+        ends.client.transport.write(b"request")
+        ends.client.transport.write_eof()
+        await ends.client.lost
+        await ends.accepted.lost
+        return ends
+
+    ends = run(main())
+    assert bytes(ends.accepted.received) == b"request"
+    assert bytes(ends.client.received) == b"after your eof"
+    assert ends.client.milestones()[-2:] == ["eof_received", "connection_lost"]
+
+
+def test_can_write_eof_and_write_after_write_eof_raises(loop, run, recorder, tcp_connect):
+    async def main():
+        ends = await tcp_connect(recorder, recorder)
+        transport = ends.client.transport
+        assert transport.can_write_eof()
+        transport.write_eof()
+        transport.write_eof()  # a second call is a no-op
+        try:
+            transport.write(b"late")
+        except RuntimeError as exc:
+            error = exc
+        await ends.accepted.eof
+        await ends.close()
+        return error
+
+    assert "write_eof" in str(run(main()))
+
+
+def test_is_closing_turns_true_at_close_and_connection_lost_follows(
+    loop, run, recorder, tcp_connect
+):
+    async def main():
+        ends = await tcp_connect(recorder, recorder)
+        transport = ends.client.transport
+        before = transport.is_closing()
+        transport.close()
+        after = transport.is_closing()
+        lost_at_close = ends.client.lost.done()
+        await ends.client.lost
+        await ends.accepted.lost
+        transport.close()  # closing twice is harmless
+        return before, after, lost_at_close, ends
+
+    before, after, lost_at_close, ends = run(main())
+    assert (before, after, lost_at_close) == (False, True, False)
+    assert ends.client.lost_exc is None
+    assert ends.accepted.milestones() == ["connection_made", "eof_received", "connection_lost"]
+
+
+def test_close_flushes_the_write_buffer_before_connection_lost(loop, run, recorder, tcp_connect):
+    payload = bytes(range(256)) * 16384  # 4 MiB: more than the kernel buffers take at once
+
+    async def main():
+        ends = await tcp_connect(recorder, recorder)
+        ends.accepted.transport.pause_reading()
+        ends.client.transport.write(payload)
+        buffered = ends.client.transport.get_write_buffer_size()
+        ends.client.transport.close()
+        await asyncio.sleep(0.05)
+        lost_while_peer_paused = ends.client.lost.done()
+        ends.accepted.transport.resume_reading()
+        await ends.accepted.lost
+        await ends.client.lost
+        return ends, buffered, lost_while_peer_paused
+
+    ends, buffered, lost_while_peer_paused = run(main())
+    assert buffered > 0
+    assert not lost_while_peer_paused
+    assert bytes(ends.accepted.received) == payload
+    assert ends.client.lost_exc is None
+
+
+def test_abort_drops_the_write_buffer_and_loses_the_connection_at_once(
+    loop, run, recorder, tcp_connect
+):
+    payload = bytes(range(256)) * 16384
+
+    async def main():
+        ends = await tcp_connect(recorder, recorder)
+        ends.accepted.transport.pause_reading()
+        ends.client.transport.write(payload)
+        assert ends.client.transport.get_write_buffer_size() > 0
+        ends.client.transport.abort()
+        closing = ends.client.transport.is_closing()
+        await ends.client.lost
+        ends.accepted.transport.resume_reading()
+        await ends.accepted.lost
+        return ends, closing
+
+    ends, closing = run(main())
+    assert closing
+    assert ends.client.transport.get_write_buffer_size() == 0
+    assert ends.client.lost_exc is None
+    assert ends.client.events.count("connection_lost") == 1
+    assert len(ends.accepted.received) < len(payload)
