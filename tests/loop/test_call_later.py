@@ -189,3 +189,30 @@ def test_many_timers_all_fire_in_order(loop):
     loop.run_forever()
     assert fired == sorted(fired)
     assert len(fired) == 1000
+
+
+def test_call_later_accepts_its_arguments_by_keyword(loop):
+    fired = []
+    loop.call_later(delay=0, callback=lambda: fired.append("later"), context=None)
+    loop.call_at(when=loop.time(), callback=lambda: fired.append("at"))
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert sorted(fired) == ["at", "later"]
+
+
+def test_call_at_with_extra_positional_arguments(loop):
+    got = []
+    loop.call_at(loop.time(), lambda *a: got.append(a), 1, 2, context=None)
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert got == [(1, 2)]
+
+
+def test_call_later_with_an_unknown_keyword_raises_type_error(loop):
+    with pytest.raises(TypeError):
+        loop.call_later(0, print, delay_ms=1)
+
+
+def test_call_at_without_a_callback_raises_type_error(loop):
+    with pytest.raises(TypeError):
+        loop.call_at(loop.time())

@@ -336,6 +336,37 @@ impl LoopCore {
         Ok(handle)
     }
 
+    /// `call_later`, shared by the PyO3 method and the fast-call entry (`fastcall.rs`).
+    pub(crate) fn call_later_impl(
+        slf: &Bound<'_, Self>,
+        delay: &Bound<'_, PyAny>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        context: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Py<TimerHandle>> {
+        if delay.is_none() {
+            return Err(PyTypeError::new_err("delay must not be None"));
+        }
+        let delay: f64 = delay.extract()?;
+        let when = clock::monotonic() + delay;
+        Self::schedule_timer(slf, when, callback, args, context, "call_later")
+    }
+
+    /// `call_at`, shared by the PyO3 method and the fast-call entry (`fastcall.rs`).
+    pub(crate) fn call_at_impl(
+        slf: &Bound<'_, Self>,
+        when: &Bound<'_, PyAny>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        context: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Py<TimerHandle>> {
+        if when.is_none() {
+            return Err(PyTypeError::new_err("when cannot be None"));
+        }
+        let when: f64 = when.extract()?;
+        Self::schedule_timer(slf, when, callback, args, context, "call_at")
+    }
+
     /// Called by `TimerHandle.cancel()`: takes the timer out of the heap at once.
     pub(crate) fn timer_cancelled(&self, py: Python<'_>, bits: u64) -> PyResult<()> {
         if bits == NOT_SCHEDULED {
@@ -710,12 +741,7 @@ impl LoopCore {
         args: Bound<'_, PyTuple>,
         context: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Py<TimerHandle>> {
-        if delay.is_none() {
-            return Err(PyTypeError::new_err("delay must not be None"));
-        }
-        let delay: f64 = delay.extract()?;
-        let when = clock::monotonic() + delay;
-        Self::schedule_timer(slf, when, callback, args, context, "call_later")
+        Self::call_later_impl(slf, delay, callback, args, context)
     }
 
     #[pyo3(signature = (when, callback, *args, context=None))]
@@ -726,11 +752,7 @@ impl LoopCore {
         args: Bound<'_, PyTuple>,
         context: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Py<TimerHandle>> {
-        if when.is_none() {
-            return Err(PyTypeError::new_err("when cannot be None"));
-        }
-        let when: f64 = when.extract()?;
-        Self::schedule_timer(slf, when, callback, args, context, "call_at")
+        Self::call_at_impl(slf, when, callback, args, context)
     }
 
     /// `asyncio.Future(loop=self)`, without a Python frame in between.
