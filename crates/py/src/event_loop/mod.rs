@@ -9,16 +9,8 @@
 //!   `call_soon_threadsafe` and Rust producers (`LoopRemote`) push into the injector, which
 //!   wakes the loop only if it sleeps (see `ferroloop_core::inject`).
 //!
-//! One iteration (`run_once`), as asyncio's `_run_once`:
-//! 1. timeout = 0 if ready work or stop pending, else until the earliest timer, else forever;
-//! 2. wait for I/O (GIL released only when the timeout is not zero);
-//! 3. queue the reader/writer handles of ready fds, then everything injected from other threads;
-//! 4. move due timers (deadline < now + clock resolution) to the ready queue;
-//! 5. run exactly the handles that were ready when step 5 began; later ones wait a turn.
-//!
-//! The fd table holds only handles; the fds themselves belong to their owners. A registration
-//! is removed from epoll before the loop lets go of it, and `close()` deregisters every fd before
-//! the poller itself is closed.
+//! The iteration itself is in `iteration.rs`, the fd table in `fds.rs`. `close()` deregisters
+//! every fd before the poller itself is closed.
 
 use std::collections::HashMap;
 use std::io;
@@ -30,13 +22,18 @@ use std::time::Duration;
 use ferroloop_core::{
     clock, Events, Injector, Interest, Poller, PushOutcome, ReadyQueue, TimerId, Timers,
 };
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::ffi;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyInt, PyTuple};
+use pyo3::types::{PyDict, PyTuple};
 use pyo3::PyTraverseError;
+
+mod fds;
+mod iteration;
+
+use fds::{fileobj_to_fd, FdEntry};
 
 use crate::cell::LoopCell;
 use crate::handle::{Handle, TimerHandle, NOT_SCHEDULED};
@@ -78,23 +75,6 @@ impl LoopRemote {
         task: impl FnOnce(Python<'_>) -> PyResult<()> + Send + 'static,
     ) -> io::Result<PushOutcome> {
         self.shared.injector.push(Injected::Task(Box::new(task)))
-    }
-}
-
-/// One registered fd. `fileobj` is the object first registered for it (as a selector key
-/// keeps it), so the registration can still be found by that object after it was closed.
-struct FdEntry {
-    fileobj: Py<PyAny>,
-    reader: Option<Py<Handle>>,
-    writer: Option<Py<Handle>>,
-}
-
-impl FdEntry {
-    fn interest(&self) -> Interest {
-        Interest {
-            readable: self.reader.is_some(),
-            writable: self.writer.is_some(),
-        }
     }
 }
 
@@ -151,28 +131,6 @@ fn closed_error() -> PyErr {
     PyRuntimeError::new_err("Event loop is closed")
 }
 
-/// asyncio's `selectors._fileobj_to_fd`: an int, or an object with `fileno()`.
-fn fileobj_to_fd(obj: &Bound<'_, PyAny>) -> PyResult<RawFd> {
-    let fd: i64 = if obj.is_instance_of::<PyInt>() {
-        obj.extract()?
-    } else {
-        let invalid = || {
-            let shown = obj.repr().map_or_else(|_| "?".into(), |r| r.to_string());
-            PyValueError::new_err(format!("Invalid file object: {shown}"))
-        };
-        let n = obj
-            .call_method0(intern!(obj.py(), "fileno"))
-            .map_err(|_| invalid())?;
-        n.extract().map_err(|_| invalid())?
-    };
-    match i32::try_from(fd) {
-        Ok(fd) if fd >= 0 => Ok(fd),
-        _ => Err(PyValueError::new_err(format!(
-            "Invalid file descriptor: {fd}"
-        ))),
-    }
-}
-
 /// The calling thread's ident, as `threading.get_ident()` reports it.
 fn current_thread_ident() -> u64 {
     // SAFETY: pthread_self has no preconditions; CPython's thread ident is this value.
@@ -218,24 +176,6 @@ impl LoopCore {
         let py = slf.py();
         let method = crate::hooks::socket_ops(py)?.getattr(name)?;
         Ok(method.call1((slf, args.0, args.1))?.unbind())
-    }
-
-    /// asyncio's public `add_*`/`remove_*` refuse an fd that a live transport owns
-    /// (`_ensure_fd_no_transport`, on the Python subclass); the `_`-prefixed internals do not check.
-    pub(crate) fn ensure_no_transport(
-        slf: &Bound<'_, Self>,
-        fd: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let py = slf.py();
-        // A bare LoopCore (no Python subclass) has no transports.
-        let Ok(transports) = slf.getattr(intern!(py, "_transports")) else {
-            return Ok(());
-        };
-        if transports.len()? == 0 {
-            return Ok(());
-        }
-        slf.call_method1(intern!(py, "_ensure_fd_no_transport"), (fd,))
-            .map(drop)
     }
 
     /// Builds a handle for `callback(*args)` (context copied when not given).
@@ -379,279 +319,6 @@ impl LoopCore {
             .remove(TimerId::from_bits(bits));
         let _ = py;
         drop(removed);
-        Ok(())
-    }
-
-    pub(crate) fn set_fd_handle(
-        slf: &Bound<'_, Self>,
-        fd: &Bound<'_, PyAny>,
-        callback: &Bound<'_, PyAny>,
-        args: Bound<'_, PyTuple>,
-        write: bool,
-    ) -> PyResult<Py<Handle>> {
-        let py = slf.py();
-        let this = slf.get();
-        let fileobj = fd;
-        let fd = fileobj_to_fd(fileobj)?;
-        if this.flags.closed() {
-            return Err(closed_error());
-        }
-        let debug = this.flags.debug();
-        let method = if write { "add_writer" } else { "add_reader" };
-        let handle = Py::new(
-            py,
-            Self::make_handle(slf, method, callback, args, None, debug)?,
-        )?;
-        let old = {
-            let mut st = this.state.borrow(py)?;
-            let existed = st.fds.contains_key(&fd);
-            let entry = st.fds.entry(fd).or_insert_with(|| FdEntry {
-                fileobj: fileobj.clone().unbind(),
-                reader: None,
-                writer: None,
-            });
-            let slot = if write {
-                &mut entry.writer
-            } else {
-                &mut entry.reader
-            };
-            let old = slot.replace(handle.clone_ref(py));
-            let interest = entry.interest();
-            let res = if existed {
-                this.shared.poller.modify(fd, fd as u64, interest)
-            } else {
-                this.shared.poller.add(fd, fd as u64, interest)
-            };
-            if let Err(e) = res {
-                // Undo: the fd is not watched, so the table must not claim it is.
-                let entry = st.fds.get_mut(&fd).expect("just inserted");
-                let slot = if write {
-                    &mut entry.writer
-                } else {
-                    &mut entry.reader
-                };
-                let ours = std::mem::replace(slot, old);
-                if !existed {
-                    st.fds.remove(&fd);
-                }
-                drop(st);
-                drop(ours);
-                return Err(e.into());
-            }
-            old
-        };
-        if let Some(old) = old {
-            Handle::cancel_py(old.bind(py))?;
-        }
-        Ok(handle)
-    }
-
-    pub(crate) fn remove_fd_handle(
-        slf: &Bound<'_, Self>,
-        fd: &Bound<'_, PyAny>,
-        write: bool,
-    ) -> PyResult<bool> {
-        let py = slf.py();
-        let this = slf.get();
-        if this.flags.closed() {
-            return Ok(false);
-        }
-        let old = {
-            let mut st = this.state.borrow(py)?;
-            let fd = match fileobj_to_fd(fd) {
-                Ok(n) => n,
-                // A closed socket says fileno() == -1: find its registration by identity, as
-                // `selectors` does, so it can still be removed.
-                Err(e) => match st.fds.iter().find(|(_, en)| en.fileobj.bind(py).is(fd)) {
-                    Some((&n, _)) => n,
-                    None => return Err(e),
-                },
-            };
-            let Some(entry) = st.fds.get_mut(&fd) else {
-                return Ok(false);
-            };
-            let old = if write {
-                entry.writer.take()
-            } else {
-                entry.reader.take()
-            };
-            if old.is_none() {
-                return Ok(false);
-            }
-            let interest = entry.interest();
-            if interest.is_empty() {
-                st.fds.remove(&fd);
-                this.shared.poller.delete(fd)?;
-            } else {
-                this.shared.poller.modify(fd, fd as u64, interest)?;
-            }
-            old
-        };
-        if let Some(old) = old {
-            Handle::cancel_py(old.bind(py))?;
-        }
-        Ok(true)
-    }
-
-    /// One loop iteration; see the module docs.
-    fn run_once(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        let this = slf.get();
-        let timeout = this.poll_timeout(py)?;
-        let waker_fired = this.poll_and_queue(py, timeout)?;
-        this.shared.injector.woke(waker_fired)?;
-        if waker_fired || this.shared.injector.has_pending() {
-            Self::take_injected(slf)?;
-        }
-        // A signal may have interrupted the wait: let Python run its handlers (KeyboardInterrupt
-        // leaves run_forever here, as in asyncio).
-        py.check_signals()?;
-        this.queue_due_timers(py)?;
-        Self::run_ready(slf)
-    }
-
-    /// Step 1: zero with work pending, else until the earliest timer, else forever (`None`).
-    fn poll_timeout(&self, py: Python<'_>) -> PyResult<Option<Duration>> {
-        let st = self.state.borrow(py)?;
-        if !st.ready.is_empty() || self.flags.stopping() {
-            return Ok(Some(Duration::ZERO));
-        }
-        Ok(st.timers.peek_when().map(|when| {
-            let dt = when - clock::monotonic();
-            if dt > 0.0 {
-                Duration::from_secs_f64(dt.min(86400.0 * 365.0))
-            } else {
-                Duration::ZERO
-            }
-        }))
-    }
-
-    /// Steps 2 and 3: waits for I/O (the GIL released unless the wait cannot block) and queues
-    /// the handles of ready fds. Returns whether the injector's eventfd fired.
-    fn poll_and_queue(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
-        let mut events = self
-            .events
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let shared = &*self.shared;
-        let waited = if timeout == Some(Duration::ZERO) {
-            shared.poller.wait(&mut events, timeout)
-        } else {
-            let t = if shared.injector.prepare_sleep() {
-                timeout
-            } else {
-                Some(Duration::ZERO)
-            };
-            let events_ref = &mut *events;
-            py.detach(|| shared.poller.wait(events_ref, t))
-        };
-        match waited {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
-        let mut waker_fired = false;
-        let mut st = self.state.borrow(py)?;
-        let State { ready, fds, .. } = &mut *st;
-        for (token, r) in events.iter() {
-            if token == WAKER_TOKEN {
-                waker_fired = true;
-                continue;
-            }
-            let Some(entry) = fds.get(&(token as RawFd)) else {
-                continue;
-            };
-            let directions = [(r.readable, &entry.reader), (r.writable, &entry.writer)];
-            for (is_ready, handle) in directions {
-                if let (true, Some(h)) = (is_ready, handle) {
-                    if !h.get().is_cancelled() {
-                        ready.push(h.clone_ref(py));
-                    }
-                }
-            }
-        }
-        Ok(waker_fired)
-    }
-
-    /// Step 4: timers due before now + clock resolution join the ready queue.
-    fn queue_due_timers(&self, py: Python<'_>) -> PyResult<()> {
-        let end = clock::monotonic() + CLOCK_RESOLUTION;
-        let mut st = self.state.borrow(py)?;
-        let State { ready, timers, .. } = &mut *st;
-        while let Some(t) = timers.pop_before(end) {
-            t.get().set_timer_id(NOT_SCHEDULED);
-            ready.push(t.into_bound(py).into_super().unbind());
-        }
-        Ok(())
-    }
-
-    /// Step 5: takes the whole ready queue, so handles queued by these callbacks wait for the
-    /// next iteration, without a lock per handle.
-    fn run_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        let this = slf.get();
-        let mut batch = this.state.borrow(py)?.ready.take_batch();
-        let debug = this.flags.debug();
-        while let Some(handle) = batch.pop_front() {
-            let handle = handle.into_bound(py);
-            if handle.get().is_cancelled() {
-                continue;
-            }
-            let result = if debug {
-                slf.call_method1(intern!(py, "_run_handle_debug"), (&handle,))
-                    .map(drop)
-            } else {
-                Handle::run(&handle)
-            };
-            if let Err(e) = result {
-                // KeyboardInterrupt/SystemExit: the rest stays queued, in order, for the next run.
-                this.state.borrow(py)?.ready.restore_unrun(batch);
-                return Err(e);
-            }
-        }
-        // Keep the larger allocation for the next iteration.
-        this.state.borrow(py)?.ready.recycle(batch);
-        Ok(())
-    }
-
-    /// Moves everything injected so far into the loop: handles join the ready queue in push
-    /// order, Rust tasks wait in `injected_tasks` for `take_injected`.
-    fn drain_injector(&self, py: Python<'_>) -> PyResult<()> {
-        if !self.shared.injector.has_pending() {
-            return Ok(());
-        }
-        let mut batch = Vec::new();
-        self.shared.injector.drain_into(&mut batch);
-        let mut tasks = self
-            .injected_tasks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut st = self.state.borrow(py)?;
-        for item in batch {
-            match item {
-                Injected::Handle(h) => st.ready.push(h),
-                Injected::Task(t) => tasks.push(t),
-            }
-        }
-        Ok(())
-    }
-
-    /// Step 3b: drains the injector and runs the Rust tasks handed over by other threads.
-    fn take_injected(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        let this = slf.get();
-        this.drain_injector(py)?;
-        let tasks = std::mem::take(
-            &mut *this
-                .injected_tasks
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        for task in tasks {
-            if let Err(e) = task(py) {
-                crate::handle::report_failure(slf.as_any(), &slf.clone().into_any().unbind(), e)?;
-            }
-        }
         Ok(())
     }
 }

@@ -1,0 +1,190 @@
+//! The fd table: which handle reads and which writes each registered fd.
+//!
+//! Invariants:
+//! - The table holds handles, not fds: the owner of an fd closes it. An entry exists exactly
+//!   while the fd is registered in epoll, with the interest its reader/writer slots say.
+//! - A replaced or removed handle is cancelled after the state borrow ends (cancelling can run
+//!   Python code).
+//! - Lookups accept an int or an object with `fileno()`; a closed socket (`fileno() == -1`) is
+//!   found by identity with the object it was registered with, as `selectors` does.
+
+use std::os::fd::RawFd;
+
+use ferroloop_core::Interest;
+use pyo3::exceptions::PyValueError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyInt, PyTuple};
+
+use super::{closed_error, LoopCore};
+use crate::handle::Handle;
+
+/// One registered fd. `fileobj` is the object first registered for it (as a selector key
+/// keeps it), so the registration can still be found by that object after it was closed.
+pub(super) struct FdEntry {
+    pub(super) fileobj: Py<PyAny>,
+    pub(super) reader: Option<Py<Handle>>,
+    pub(super) writer: Option<Py<Handle>>,
+}
+
+impl FdEntry {
+    pub(super) fn interest(&self) -> Interest {
+        Interest {
+            readable: self.reader.is_some(),
+            writable: self.writer.is_some(),
+        }
+    }
+}
+
+/// asyncio's `selectors._fileobj_to_fd`: an int, or an object with `fileno()`.
+pub(super) fn fileobj_to_fd(obj: &Bound<'_, PyAny>) -> PyResult<RawFd> {
+    let fd: i64 = if obj.is_instance_of::<PyInt>() {
+        obj.extract()?
+    } else {
+        let invalid = || {
+            let shown = obj.repr().map_or_else(|_| "?".into(), |r| r.to_string());
+            PyValueError::new_err(format!("Invalid file object: {shown}"))
+        };
+        let n = obj
+            .call_method0(intern!(obj.py(), "fileno"))
+            .map_err(|_| invalid())?;
+        n.extract().map_err(|_| invalid())?
+    };
+    match i32::try_from(fd) {
+        Ok(fd) if fd >= 0 => Ok(fd),
+        _ => Err(PyValueError::new_err(format!(
+            "Invalid file descriptor: {fd}"
+        ))),
+    }
+}
+
+impl LoopCore {
+    /// asyncio's public `add_*`/`remove_*` refuse an fd that a live transport owns
+    /// (`_ensure_fd_no_transport`, on the Python subclass); the `_`-prefixed internals do not check.
+    pub(crate) fn ensure_no_transport(
+        slf: &Bound<'_, Self>,
+        fd: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        // A bare LoopCore (no Python subclass) has no transports.
+        let Ok(transports) = slf.getattr(intern!(py, "_transports")) else {
+            return Ok(());
+        };
+        if transports.len()? == 0 {
+            return Ok(());
+        }
+        slf.call_method1(intern!(py, "_ensure_fd_no_transport"), (fd,))
+            .map(drop)
+    }
+
+    pub(crate) fn set_fd_handle(
+        slf: &Bound<'_, Self>,
+        fd: &Bound<'_, PyAny>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        write: bool,
+    ) -> PyResult<Py<Handle>> {
+        let py = slf.py();
+        let this = slf.get();
+        let fileobj = fd;
+        let fd = fileobj_to_fd(fileobj)?;
+        if this.flags.closed() {
+            return Err(closed_error());
+        }
+        let debug = this.flags.debug();
+        let method = if write { "add_writer" } else { "add_reader" };
+        let handle = Py::new(
+            py,
+            Self::make_handle(slf, method, callback, args, None, debug)?,
+        )?;
+        let old = {
+            let mut st = this.state.borrow(py)?;
+            let existed = st.fds.contains_key(&fd);
+            let entry = st.fds.entry(fd).or_insert_with(|| FdEntry {
+                fileobj: fileobj.clone().unbind(),
+                reader: None,
+                writer: None,
+            });
+            let slot = if write {
+                &mut entry.writer
+            } else {
+                &mut entry.reader
+            };
+            let old = slot.replace(handle.clone_ref(py));
+            let interest = entry.interest();
+            let res = if existed {
+                this.shared.poller.modify(fd, fd as u64, interest)
+            } else {
+                this.shared.poller.add(fd, fd as u64, interest)
+            };
+            if let Err(e) = res {
+                // Undo: the fd is not watched, so the table must not claim it is.
+                let entry = st.fds.get_mut(&fd).expect("just inserted");
+                let slot = if write {
+                    &mut entry.writer
+                } else {
+                    &mut entry.reader
+                };
+                let ours = std::mem::replace(slot, old);
+                if !existed {
+                    st.fds.remove(&fd);
+                }
+                drop(st);
+                drop(ours);
+                return Err(e.into());
+            }
+            old
+        };
+        if let Some(old) = old {
+            Handle::cancel_py(old.bind(py))?;
+        }
+        Ok(handle)
+    }
+
+    pub(crate) fn remove_fd_handle(
+        slf: &Bound<'_, Self>,
+        fd: &Bound<'_, PyAny>,
+        write: bool,
+    ) -> PyResult<bool> {
+        let py = slf.py();
+        let this = slf.get();
+        if this.flags.closed() {
+            return Ok(false);
+        }
+        let old = {
+            let mut st = this.state.borrow(py)?;
+            let fd = match fileobj_to_fd(fd) {
+                Ok(n) => n,
+                // A closed socket says fileno() == -1: find its registration by identity, as
+                // `selectors` does, so it can still be removed.
+                Err(e) => match st.fds.iter().find(|(_, en)| en.fileobj.bind(py).is(fd)) {
+                    Some((&n, _)) => n,
+                    None => return Err(e),
+                },
+            };
+            let Some(entry) = st.fds.get_mut(&fd) else {
+                return Ok(false);
+            };
+            let old = if write {
+                entry.writer.take()
+            } else {
+                entry.reader.take()
+            };
+            if old.is_none() {
+                return Ok(false);
+            }
+            let interest = entry.interest();
+            if interest.is_empty() {
+                st.fds.remove(&fd);
+                this.shared.poller.delete(fd)?;
+            } else {
+                this.shared.poller.modify(fd, fd as u64, interest)?;
+            }
+            old
+        };
+        if let Some(old) = old {
+            Handle::cancel_py(old.bind(py))?;
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,184 @@
+//! One loop iteration (`run_once`), as asyncio's `_run_once`:
+//! 1. timeout = 0 if ready work or stop pending, else until the earliest timer, else forever;
+//! 2. wait for I/O (GIL released only when the timeout is not zero);
+//! 3. queue the reader/writer handles of ready fds, then everything injected from other threads;
+//! 4. move due timers (deadline < now + clock resolution) to the ready queue;
+//! 5. run exactly the handles that were ready when step 5 began; later ones wait a turn.
+//!
+//! Invariant: no borrow of the loop state is held across the poll (GIL released) or across a
+//! call into Python (a callback, a Rust task).
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use ferroloop_core::clock;
+use pyo3::intern;
+use pyo3::prelude::*;
+
+use super::{Injected, LoopCore, State, CLOCK_RESOLUTION, WAKER_TOKEN};
+use crate::handle::{Handle, NOT_SCHEDULED};
+
+impl LoopCore {
+    /// One loop iteration; see the module docs.
+    pub(super) fn run_once(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let timeout = this.poll_timeout(py)?;
+        let waker_fired = this.poll_and_queue(py, timeout)?;
+        this.shared.injector.woke(waker_fired)?;
+        if waker_fired || this.shared.injector.has_pending() {
+            Self::take_injected(slf)?;
+        }
+        // A signal may have interrupted the wait: let Python run its handlers (KeyboardInterrupt
+        // leaves run_forever here, as in asyncio).
+        py.check_signals()?;
+        this.queue_due_timers(py)?;
+        Self::run_ready(slf)
+    }
+
+    /// Step 1: zero with work pending, else until the earliest timer, else forever (`None`).
+    fn poll_timeout(&self, py: Python<'_>) -> PyResult<Option<Duration>> {
+        let st = self.state.borrow(py)?;
+        if !st.ready.is_empty() || self.flags.stopping() {
+            return Ok(Some(Duration::ZERO));
+        }
+        Ok(st.timers.peek_when().map(|when| {
+            let dt = when - clock::monotonic();
+            if dt > 0.0 {
+                Duration::from_secs_f64(dt.min(86400.0 * 365.0))
+            } else {
+                Duration::ZERO
+            }
+        }))
+    }
+
+    /// Steps 2 and 3: waits for I/O (the GIL released unless the wait cannot block) and queues
+    /// the handles of ready fds. Returns whether the injector's eventfd fired.
+    fn poll_and_queue(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
+        let mut events = self
+            .events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let shared = &*self.shared;
+        let waited = if timeout == Some(Duration::ZERO) {
+            shared.poller.wait(&mut events, timeout)
+        } else {
+            let t = if shared.injector.prepare_sleep() {
+                timeout
+            } else {
+                Some(Duration::ZERO)
+            };
+            let events_ref = &mut *events;
+            py.detach(|| shared.poller.wait(events_ref, t))
+        };
+        match waited {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut waker_fired = false;
+        let mut st = self.state.borrow(py)?;
+        let State { ready, fds, .. } = &mut *st;
+        for (token, r) in events.iter() {
+            if token == WAKER_TOKEN {
+                waker_fired = true;
+                continue;
+            }
+            let Some(entry) = fds.get(&(token as RawFd)) else {
+                continue;
+            };
+            let directions = [(r.readable, &entry.reader), (r.writable, &entry.writer)];
+            for (is_ready, handle) in directions {
+                if let (true, Some(h)) = (is_ready, handle) {
+                    if !h.get().is_cancelled() {
+                        ready.push(h.clone_ref(py));
+                    }
+                }
+            }
+        }
+        Ok(waker_fired)
+    }
+
+    /// Step 4: timers due before now + clock resolution join the ready queue.
+    fn queue_due_timers(&self, py: Python<'_>) -> PyResult<()> {
+        let end = clock::monotonic() + CLOCK_RESOLUTION;
+        let mut st = self.state.borrow(py)?;
+        let State { ready, timers, .. } = &mut *st;
+        while let Some(t) = timers.pop_before(end) {
+            t.get().set_timer_id(NOT_SCHEDULED);
+            ready.push(t.into_bound(py).into_super().unbind());
+        }
+        Ok(())
+    }
+
+    /// Step 5: takes the whole ready queue, so handles queued by these callbacks wait for the
+    /// next iteration, without a lock per handle.
+    fn run_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let mut batch = this.state.borrow(py)?.ready.take_batch();
+        let debug = this.flags.debug();
+        while let Some(handle) = batch.pop_front() {
+            let handle = handle.into_bound(py);
+            if handle.get().is_cancelled() {
+                continue;
+            }
+            let result = if debug {
+                slf.call_method1(intern!(py, "_run_handle_debug"), (&handle,))
+                    .map(drop)
+            } else {
+                Handle::run(&handle)
+            };
+            if let Err(e) = result {
+                // KeyboardInterrupt/SystemExit: the rest stays queued, in order, for the next run.
+                this.state.borrow(py)?.ready.restore_unrun(batch);
+                return Err(e);
+            }
+        }
+        // Keep the larger allocation for the next iteration.
+        this.state.borrow(py)?.ready.recycle(batch);
+        Ok(())
+    }
+
+    /// Moves everything injected so far into the loop: handles join the ready queue in push
+    /// order, Rust tasks wait in `injected_tasks` for `take_injected`.
+    pub(super) fn drain_injector(&self, py: Python<'_>) -> PyResult<()> {
+        if !self.shared.injector.has_pending() {
+            return Ok(());
+        }
+        let mut batch = Vec::new();
+        self.shared.injector.drain_into(&mut batch);
+        let mut tasks = self
+            .injected_tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut st = self.state.borrow(py)?;
+        for item in batch {
+            match item {
+                Injected::Handle(h) => st.ready.push(h),
+                Injected::Task(t) => tasks.push(t),
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 3b: drains the injector and runs the Rust tasks handed over by other threads.
+    fn take_injected(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        this.drain_injector(py)?;
+        let tasks = std::mem::take(
+            &mut *this
+                .injected_tasks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for task in tasks {
+            if let Err(e) = task(py) {
+                crate::handle::report_failure(slf.as_any(), &slf.clone().into_any().unbind(), e)?;
+            }
+        }
+        Ok(())
+    }
+}
