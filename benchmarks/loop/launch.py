@@ -19,11 +19,16 @@ RESULT_PREFIX = "RESULT "
 
 
 class ChildFailed(Exception):
-    """A child crashed, hung, or printed no result; the message says which and shows its stderr."""
+    """A child crashed, hung, or printed no result; the message says which and shows its stderr.
 
-    def __init__(self, message: str, hung: bool = False) -> None:
+    `hung`: it would hang again, so the runner does not wait for it twice. `unsupported`: the loop
+    lacks the feature the benchmark needs (NotImplementedError); not a failure of the loop.
+    """
+
+    def __init__(self, message: str, hung: bool = False, unsupported: bool = False) -> None:
         super().__init__(message)
         self.hung = hung
+        self.unsupported = unsupported
 
 
 def tail(text: str, lines: int = 15) -> str:

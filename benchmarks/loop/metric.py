@@ -16,10 +16,14 @@ class Metric:
     title: str  # table heading
     unit: str
     higher_is_better: bool
+    cases: tuple[str, ...] = ()  # the case labels it is reported for; empty: every case
 
     @property
     def direction(self) -> str:
         return "higher is better" if self.higher_is_better else "lower is better"
+
+    def applies_to(self, case: str) -> bool:
+        return not self.cases or case in self.cases
 
 
 def percentile(samples: list[float], q: float) -> float:

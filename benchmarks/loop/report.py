@@ -3,7 +3,7 @@
 One table per metric (per case): a column per loop with median, min and max over the repeats,
 and a row of ratios ferroloop / peer computed from medians. Failed runs and problems a child
 reported (wrong results, loop exception handler calls) are listed under the tables, never
-silently dropped.
+silently dropped; a loop that lacks a feature a benchmark needs shows `unsupported`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def summarize(cases: list[dict], modules: dict) -> list[dict]:
     tables = []
     for case in cases:
         for metric in modules[case["bench"]].METRICS:
+            if not metric.applies_to(case["case"]):
+                continue
             stats = {}
             for loop_name, samples in case["runs"].items():
                 values = [s["metrics"][metric.key] for s in samples if "error" not in s]
@@ -50,6 +52,7 @@ def summarize(cases: list[dict], modules: dict) -> list[dict]:
                     "max": max(values, default=None),
                     "runs": len(samples),
                     "failed": len(samples) - len(values),
+                    "unsupported": sum(1 for s in samples if s.get("unsupported")),
                 }
             ratios = {}
             ferro = stats.get("ferroloop", {}).get("median")
@@ -94,7 +97,9 @@ def _table(t: dict) -> list[str]:
         for name in names:
             s = t["stats"][name]
             cell = fmt(s[row])
-            if row == "median" and s["failed"]:
+            if s.get("unsupported") and s["unsupported"] == s["runs"]:
+                cell = "unsupported" if row == "median" else "—"
+            elif row == "median" and s["failed"]:
                 cell += f" ({s['failed']} of {s['runs']} failed)"
             cells.append(cell)
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
@@ -112,13 +117,38 @@ def _notes(cases: list[dict]) -> list[str]:
     for case in cases:
         name = f"{case['bench']} {case['case']}".strip()
         for loop_name, samples in case["runs"].items():
+            unsupported = [s["error"] for s in samples if s.get("unsupported")]
+            if unsupported:  # the same reason every run: say it once
+                lines.append(f"- **{loop_name}**, {name}: {unsupported[0]} (every run)")
             for i, sample in enumerate(samples, 1):
-                if "error" in sample:
+                if "error" in sample and not sample.get("unsupported"):
                     lines += [f"- **{loop_name}**, {name}, run {i}: failed", "", "  ```"]
                     lines += [f"  {line}" for line in sample["error"].splitlines()] + ["  ```"]
                 for problem in sample.get("problems", []):
                     lines.append(f"- **{loop_name}**, {name}, run {i}: {problem}")
     return ["## Failures and problems", "", *(lines or ["None."]), ""]
+
+
+def _echo_client_line(cases: list[dict]) -> list[str]:
+    """Which loop the echo client ran on, and how busy its core was, per echo case."""
+    loops_used, busy = set(), []
+    for case in cases:
+        infos = [
+            s["info"]
+            for samples in case["runs"].values()
+            for s in samples
+            if "client_busy" in s.get("info", {})
+        ]
+        if infos:
+            loops_used |= {i["client_loop"] for i in infos}
+            share = statistics.median(i["client_busy"] for i in infos)
+            busy.append(f"{case['bench']} {case['case']}".strip() + f" {share:.0%}")
+    if not busy:
+        return []
+    return [
+        f"- echo client loop: {', '.join(sorted(loops_used))}; its core's busy share (median "
+        f"over all runs, near 100% means the client limits messages/s): {', '.join(busy)}"
+    ]
 
 
 def markdown(meta: dict, cases: list[dict], tables: list[dict]) -> str:
@@ -137,19 +167,16 @@ def markdown(meta: dict, cases: list[dict], tables: list[dict]) -> str:
         f"- loops: {versions}",
         f"- {meta['repeat']} fresh process(es) per loop and benchmark; {pinning}",
     ]
+    if "load_avg_1min" in meta:
+        before, after = meta["load_avg_1min"]
+        lines.append(
+            f"- machine load (1-minute load average): {before:.2f} at start, {after:.2f} at end, "
+            f"on {meta['cpus']} CPUs (the run itself adds about 1 to 2)"
+        )
     lines += [f"- skipped {name}: {why}" for name, why in meta["skipped"].items()]
-    echo_infos = [
-        s["info"]
-        for case in cases
-        if case["bench"] == "sock_echo"
-        for samples in case["runs"].values()
-        for s in samples
-        if "info" in s
-    ]
-    if echo_infos:
-        client = ", ".join(sorted({i["client_loop"] for i in echo_infos}))
-        busy = statistics.median(i["client_busy"] for i in echo_infos)
-        lines.append(f"- echo client loop: {client}; its core was {busy:.0%} busy (median)")
+    skipped_benchmarks = meta.get("skipped_benchmarks", {})
+    lines += [f"- skipped benchmark {name}: {why}" for name, why in skipped_benchmarks.items()]
+    lines += _echo_client_line(cases)
     lines += ["", "Medians, minima and maxima are over the repeats. See benchmarks/README.md.", ""]
     for t in tables:
         lines += _table(t)

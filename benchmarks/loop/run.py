@@ -2,7 +2,7 @@
 
     python benchmarks/loop/run.py [--quick] [--repeat R] [--only NAME] [--loops a,b,...]
 
-Every measurement runs in a fresh process pinned to core 0 (the echo client to core 1), one
+Every measurement runs in a fresh process pinned to core 0 (the echo clients to core 1), one
 loop per process; repeats are interleaved across loops so slow drift on a noisy machine spreads
 over every column. Results: benchmarks/results/loop.{md,json,png}. See benchmarks/README.md.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -22,7 +23,19 @@ import loops
 import report
 from launch import ChildFailed, cpu_pins, run_child
 
-BENCHMARKS = ("call_soon", "timers", "futures", "gather", "threadsafe", "sock_echo")
+BENCHMARKS = (
+    "call_soon",
+    "timers",
+    "futures",
+    "gather",
+    "threadsafe",
+    "sock_echo",
+    "tcp_proto_echo",
+    "tcp_streams_echo",
+    "unix_echo",
+    "udp_echo",
+    "tls_echo",
+)
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 CHILD_TIMEOUT_S = 120.0  # one measurement; the slowest takes a few seconds on a release build
 
@@ -97,35 +110,51 @@ def measure(module, loop_name: str, params: dict, pins: tuple[list, list]) -> di
 
 
 def progress(case: str, rep: int, repeat: int, loop_name: str, sample: dict, metric) -> None:
-    if "error" in sample:
+    if sample.get("unsupported"):
+        shown = sample["error"].splitlines()[0]
+    elif "error" in sample:
         shown = "ERROR: " + sample["error"].splitlines()[0]
     else:
         shown = f"{report.fmt(sample['metrics'][metric.key])} {metric.unit}"
         if sample.get("problems"):
             shown += f"  [{len(sample['problems'])} problem(s)]"
-    print(f"  {case:<14} {rep + 1}/{repeat}  {loop_name:<10} {shown}", file=sys.stderr, flush=True)
+    print(f"  {case:<22} {rep + 1}/{repeat}  {loop_name:<10} {shown}", file=sys.stderr, flush=True)
 
 
-def run_cases(args: argparse.Namespace, names: list[str], pins: tuple[list, list]) -> list[dict]:
+def run_cases(
+    args: argparse.Namespace, names: list[str], pins: tuple[list, list], skipped: dict
+) -> list[dict]:
+    """Every case of every selected benchmark; a benchmark that cannot run here goes to skipped."""
     cases = []
     for bench in args.only:
         module = importlib.import_module(bench)
+        reason = module.unavailable() if hasattr(module, "unavailable") else None
+        if reason:
+            print(f"{bench}: skipped ({reason})", file=sys.stderr, flush=True)
+            skipped[bench] = reason
+            continue
         for label, (full, quick) in module.CASES.items():
             params = quick if args.quick else full
             case = {"bench": bench, "case": label, "params": params, "runs": {n: [] for n in names}}
             case_name = f"{bench} {label}".strip()
             hung = set()  # a loop that hung once would hang again: do not wait for it twice
+            unsupported = {}  # loop -> the first run's error: a missing feature stays missing
             for rep in range(args.repeat):
                 shift = rep % len(names)
                 for loop_name in names[shift:] + names[:shift]:
                     try:
                         if loop_name in hung:
                             raise ChildFailed("not run: an earlier run of this case hung")
+                        if loop_name in unsupported:
+                            raise ChildFailed(unsupported[loop_name], unsupported=True)
                         sample = measure(module, loop_name, params, pins)
                     except ChildFailed as exc:
                         sample = {"error": str(exc)}
                         if exc.hung:
                             hung.add(loop_name)
+                        if exc.unsupported:
+                            sample["unsupported"] = True
+                            unsupported[loop_name] = str(exc)
                     case["runs"][loop_name].append(sample)
                     progress(case_name, rep, args.repeat, loop_name, sample, module.METRICS[0])
             cases.append(case)
@@ -143,8 +172,9 @@ def main(argv: list[str]) -> int:
     names = [name for name in args.loops if name in available]
     if not names:
         sys.exit("no loop could be loaded")
-    started = time.time()
-    cases = run_cases(args, names, (pin0, pin1))
+    started, load_before = time.time(), os.getloadavg()[0]
+    skipped_benchmarks: dict[str, str] = {}
+    cases = run_cases(args, names, (pin0, pin1), skipped_benchmarks)
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
         "duration_s": round(time.time() - started, 1),
@@ -154,12 +184,17 @@ def main(argv: list[str]) -> int:
         "platform": platform.platform(),
         "cpu": report.cpu_model(),
         "pinned": pin_warning is None,
+        # Other processes on the machine share the pinned cores: a load near or above the
+        # number of CPUs while the run is going means the numbers are noisy.
+        "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "cpus": os.cpu_count(),
         "repeat": args.repeat,
         "quick": args.quick,
         "loops": available,
         "skipped": skipped,
+        "skipped_benchmarks": skipped_benchmarks,
     }
-    modules = {bench: importlib.import_module(bench) for bench in args.only}
+    modules = {case["bench"]: importlib.import_module(case["bench"]) for case in cases}
     text = report.write_all(args.out, meta, cases, modules)
     print(text)
     return 0

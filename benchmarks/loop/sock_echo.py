@@ -14,15 +14,11 @@ threads, user + system) is reported too: that is the cost a real server pays per
 from __future__ import annotations
 
 import asyncio
-import json
-import select
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-from launch import ChildFailed, child_command, parse_result, tail
+import echo_measure
+import echo_server
 from metric import Metric
 
 METRICS = (
@@ -31,8 +27,6 @@ METRICS = (
 )
 PARAMS = {"clients": 64, "size": 1024, "warmup_s": 0.5}
 CASES = {"": ({**PARAMS, "duration_s": 5.0}, {**PARAMS, "duration_s": 2.0})}
-CLIENT = str(Path(__file__).with_name("echo_client.py"))
-GRACE_S = 20.0  # beyond the planned run time, before a stuck process is declared hung
 
 
 async def _echo(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> int:
@@ -63,8 +57,8 @@ def serve(loop: asyncio.AbstractEventLoop, params: dict) -> dict:
     listener.bind(("127.0.0.1", 0))
     listener.listen(256)
     listener.setblocking(False)
-    print(json.dumps({"port": listener.getsockname()[1]}), flush=True)
-    limit = params["warmup_s"] + params["duration_s"] + GRACE_S
+    echo_server.announce({"address": listener.getsockname()[1]})
+    limit = params["warmup_s"] + params["duration_s"] + echo_server.GRACE_S
     served = loop.run_until_complete(
         asyncio.wait_for(_serve(loop, listener, params["clients"]), limit)
     )
@@ -73,59 +67,6 @@ def serve(loop: asyncio.AbstractEventLoop, params: dict) -> dict:
     return {"metrics": {"server_cpu_us_per_msg": cpu_per_msg}, "info": served, "problems": []}
 
 
-def _read_port(server: subprocess.Popen, timeout: float) -> int:
-    ready, _, _ = select.select([server.stdout], [], [], timeout)
-    if not ready:
-        raise ChildFailed(f"echo server hung: no port within {timeout:.0f} s", hung=True)
-    line = server.stdout.readline()
-    if not line:
-        raise ChildFailed("echo server exited before announcing its port")
-    return json.loads(line)["port"]
-
-
-def _run_client(port: int, params: dict, pin: list[str], timeout: float) -> dict:
-    args = [str(port), str(params["clients"]), str(params["size"])]
-    args += [str(params["warmup_s"]), str(params["duration_s"])]
-    try:
-        client = subprocess.run(
-            [*pin, sys.executable, CLIENT, *args], capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        raise ChildFailed(
-            f"echo client hung: no result within {timeout:.0f} s", hung=True
-        ) from None
-    if client.returncode != 0:
-        raise ChildFailed(f"echo client exited with {client.returncode}\n{tail(client.stderr)}")
-    return parse_result(client.stdout, client.stderr, "echo client")
-
-
 def measure(loop_name: str, params: dict, pins: tuple[list, list]) -> dict:
-    """Parent side: start the server on core 0 and the client on core 1; merge their results."""
-    server = subprocess.Popen(
-        child_command(pins[0], "sock_echo", "serve", loop_name, json.dumps(params)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        port = _read_port(server, 30.0)
-        planned = params["warmup_s"] + params["duration_s"]
-        client_result = _run_client(port, params, pins[1], planned + GRACE_S)
-        try:
-            out, err = server.communicate(timeout=GRACE_S)
-        except subprocess.TimeoutExpired:
-            message = f"echo server hung: alive {GRACE_S:.0f} s after the client left"
-            raise ChildFailed(message, hung=True) from None
-        if server.returncode != 0:
-            raise ChildFailed(f"echo server exited with {server.returncode}\n{tail(err)}")
-        result = parse_result(out, err, "echo server")
-    except ChildFailed as exc:
-        if server.poll() is None:
-            server.kill()
-        _, err = server.communicate()
-        raise ChildFailed(f"{exc}\nserver stderr:\n{tail(err)}", exc.hung) from None
-    result["metrics"]["msgs_per_s"] = client_result["msgs_per_s"]
-    result["problems"] += client_result["problems"]
-    result["info"]["client_loop"] = client_result["client_loop"]
-    result["info"]["client_busy"] = round(client_result["client_busy"], 3)
-    return result
+    """Parent side: the server on core 0, the echo client on core 1 (see echo_measure.py)."""
+    return echo_measure.measure("sock_echo", loop_name, params, pins, "tcp")

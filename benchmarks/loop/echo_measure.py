@@ -1,0 +1,127 @@
+"""Parent side of the echo benchmarks: one server child, one client process, results merged.
+
+The server (`child.py BENCH serve LOOP PARAMS`, the loop under test) runs on core 0 and prints
+its address; the client (echo_client.py, the same program for every server loop) runs on core 1
+against it. Every wait is bounded: the server has ANNOUNCE_TIMEOUT_S to open its socket, the
+client its planned time plus GRACE_S, the server GRACE_S more to finish after the client left.
+A server that cannot open this kind of server (NotImplementedError) makes the cell
+`unsupported`; a crash, a hang or a client that saw wrong data makes it failed or problematic.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from launch import ChildFailed, child_command, parse_result, tail
+
+CLIENT = str(Path(__file__).with_name("echo_client.py"))
+ANNOUNCE_TIMEOUT_S = 30.0
+GRACE_S = 20.0  # beyond the planned run time, before a stuck process is declared hung
+CLIENT_SETUP_S = 15.0  # connecting (and TLS handshakes) before the warm-up starts
+
+
+def _read_address(server: subprocess.Popen, timeout: float) -> object:
+    ready, _, _ = select.select([server.stdout], [], [], timeout)
+    if not ready:
+        raise ChildFailed(f"echo server hung: no address within {timeout:.0f} s", hung=True)
+    line = server.stdout.readline()
+    if not line:
+        raise ChildFailed("echo server exited before announcing its address")
+    announced = json.loads(line)
+    if "unsupported" in announced:
+        raise ChildFailed(f"unsupported: {announced['unsupported']}", unsupported=True)
+    return announced["address"]
+
+
+def _run_client(config: dict, pin: list[str], timeout: float) -> dict:
+    try:
+        client = subprocess.run(
+            [*pin, sys.executable, CLIENT, json.dumps(config)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise ChildFailed(
+            f"echo client hung: no result within {timeout:.0f} s", hung=True
+        ) from None
+    if client.returncode != 0:
+        raise ChildFailed(f"echo client exited with {client.returncode}\n{tail(client.stderr)}")
+    return parse_result(client.stdout, client.stderr, "echo client")
+
+
+def _serve_and_load(
+    bench: str,
+    loop_name: str,
+    server_params: dict,
+    client_config: dict,
+    pins: tuple[list, list],
+) -> tuple[dict, dict]:
+    server = subprocess.Popen(
+        child_command(pins[0], bench, "serve", loop_name, json.dumps(server_params)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        client_config["address"] = _read_address(server, ANNOUNCE_TIMEOUT_S)
+        planned = CLIENT_SETUP_S + server_params["warmup_s"] + server_params["duration_s"]
+        client_result = _run_client(client_config, pins[1], planned + GRACE_S)
+        try:
+            out, err = server.communicate(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            message = f"echo server hung: alive {GRACE_S:.0f} s after the client left"
+            raise ChildFailed(message, hung=True) from None
+    except ChildFailed as exc:
+        if server.poll() is None:
+            server.kill()
+        _, err = server.communicate()
+        if exc.unsupported:
+            raise
+        raise ChildFailed(f"{exc}\nserver stderr:\n{tail(err)}", exc.hung) from None
+    if server.returncode != 0:
+        raise ChildFailed(f"echo server exited with {server.returncode}\n{tail(err)}")
+    return parse_result(out, err, "echo server"), client_result
+
+
+def measure(
+    bench: str,
+    loop_name: str,
+    params: dict,
+    pins: tuple[list, list],
+    transport: str,
+    server_extra: dict | None = None,
+    client_extra: dict | None = None,
+) -> dict:
+    """Run BENCH's server on LOOP against the echo client over TRANSPORT; one sample.
+
+    transport is tcp, unix, tls or udp (see echo_client.py). server_extra and client_extra
+    reach only that side (certificate paths, say), so they stay out of the recorded params.
+    """
+    with tempfile.TemporaryDirectory(prefix="ferroloop-bench-") as tmp:
+        server_params = {**params, **(server_extra or {})}
+        if transport == "unix":
+            server_params["path"] = str(Path(tmp) / "echo.sock")
+        client_config = {"transport": transport, **params, **(client_extra or {})}
+        result, client = _serve_and_load(bench, loop_name, server_params, client_config, pins)
+    result["metrics"]["msgs_per_s"] = client["msgs_per_s"]
+    result["problems"] += client["problems"]
+    info = result.setdefault("info", {})
+    info["client_loop"] = client["client_loop"]
+    info["client_busy"] = round(client["client_busy"], 3)
+    info["client_round_trips"] = client["round_trips"]
+    for key in ("lost", "late"):
+        if key in client:
+            info[key] = client[key]
+    server_messages = info.get("echoed_bytes", 0) / params["size"]
+    if transport != "udp" and server_messages != client["round_trips"]:
+        result["problems"].append(
+            f"the server echoed {server_messages:g} messages' worth of bytes; "
+            f"the client completed {client['round_trips']} round trips"
+        )
+    return result
