@@ -10,7 +10,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv build run test test-rust test-python test-cpython record-cpython lint fmt stubtest bench fuzz clean
+.PHONY: help venv build run test test-rust test-python test-cpython record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ test-cpython: build ## CPython's test.test_asyncio against ferroloop; fails if t
 record-cpython: build ## Re-record the CPython suite's pass count (only ever upwards)
 	$(PY) tests/external/run_cpython_asyncio.py --record tests/external/cpython_asyncio_baseline.json
 
+test-uvicorn: ## uvicorn's own test suite on asyncio and on ferroloop; fails on a regression
+	$(PYTHON) tests/external/uvicorn/run.py --check
+
 lint: $(STAMP) ## rustfmt, clippy -D warnings, ruff, ruff format, and stubtest of the native module
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -q -- -D warnings
@@ -66,4 +69,4 @@ fuzz: ## Fuzz targets arrive with the HTTP parser (issue 4); nothing to fuzz in 
 
 clean: ## Remove build outputs and the venv
 	cargo clean
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .uvicorn-suite .pytest_cache .ruff_cache .mypy_cache
