@@ -125,11 +125,14 @@ impl Handle {
             return Ok(());
         }
         // In debug mode asyncio keeps the repr of the cancelled handle for post-mortems.
-        let debug = self
-            .loop_
-            .bind(py)
-            .call_method0(intern!(py, "get_debug"))?
-            .is_truthy()?;
+        let debug = match self.loop_.bind(py).cast::<LoopCore>() {
+            Ok(core) => core.get().debug(),
+            Err(_) => self
+                .loop_
+                .bind(py)
+                .call_method0(intern!(py, "get_debug"))?
+                .is_truthy()?,
+        };
         let frozen = if debug {
             Some(as_object.repr()?.into_any().unbind())
         } else {
@@ -158,7 +161,7 @@ pub(crate) fn report_failure(
 
 #[pymethods]
 impl Handle {
-    fn cancel(slf: &Bound<'_, Self>) -> PyResult<()> {
+    pub(crate) fn cancel(slf: &Bound<'_, Self>) -> PyResult<()> {
         slf.get().cancel_base(slf.py(), slf.as_any())
     }
 

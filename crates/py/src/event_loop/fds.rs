@@ -4,7 +4,8 @@
 //! - The table holds handles, not fds: the owner of an fd closes it. An entry exists exactly
 //!   while the fd is registered in epoll, with the interest its reader/writer slots say.
 //! - A replaced or removed handle is cancelled after the state borrow ends (cancelling can run
-//!   Python code).
+//!   Python code). Handles here are always plain `Handle`s (never timers), so they are cancelled
+//!   natively, without a Python method call.
 //! - Lookups accept an int or an object with `fileno()`; a closed socket (`fileno() == -1`) is
 //!   found by identity with the object it was registered with, as `selectors` does.
 
@@ -136,7 +137,7 @@ impl LoopCore {
             old
         };
         if let Some(old) = old {
-            Handle::cancel_py(old.bind(py))?;
+            Handle::cancel(old.bind(py))?;
         }
         Ok(handle)
     }
@@ -183,7 +184,7 @@ impl LoopCore {
             old
         };
         if let Some(old) = old {
-            Handle::cancel_py(old.bind(py))?;
+            Handle::cancel(old.bind(py))?;
         }
         Ok(true)
     }

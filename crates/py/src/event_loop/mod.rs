@@ -145,6 +145,11 @@ fn current_context(py: Python<'_>) -> PyResult<Py<PyAny>> {
 }
 
 impl LoopCore {
+    /// Whether the loop is in debug mode (asyncio's `get_debug()`), without a Python call.
+    pub(crate) fn debug(&self) -> bool {
+        self.flags.debug()
+    }
+
     /// A handle for Rust threads to hand work to this loop.
     pub fn remote(&self) -> LoopRemote {
         LoopRemote {
@@ -317,16 +322,7 @@ impl LoopCore {
             .borrow(py)?
             .timers
             .remove(TimerId::from_bits(bits));
-        let _ = py;
         drop(removed);
-        Ok(())
-    }
-}
-
-impl Handle {
-    /// `handle.cancel()` through Python, so a `TimerHandle` also leaves the heap.
-    pub(crate) fn cancel_py(h: &Bound<'_, Handle>) -> PyResult<()> {
-        h.call_method0(intern!(h.py(), "cancel"))?;
         Ok(())
     }
 }
@@ -700,7 +696,6 @@ impl LoopCore {
         for t in &timers {
             t.get().set_timer_id(NOT_SCHEDULED);
         }
-        let _ = py;
         drop((ready, timers, fds));
         let mut rest = Vec::new();
         self.shared.injector.drain_into(&mut rest);
