@@ -2,15 +2,20 @@
 //!
 //! Everything here is plain Rust that an event loop thread drives: the [`poller`] (epoll), the
 //! [`waker`] (an eventfd), the [`inject`] queue through which other threads hand work to the loop
-//! with a coalesced wake-up, and the [`timers`] heap with O(log n) cancellation, and the [`ready`] queue with asyncio's
-//! batch rule. The Python
-//! extension (`crates/py`) owns one of each per loop and adds the Python objects on top.
+//! with a coalesced wake-up, the [`timers`] heap with O(log n) cancellation, and the [`ready`] queue
+//! with asyncio's batch rule. The Python extension (`crates/py`) owns one of each per loop and adds
+//! the Python objects on top.
+//!
+//! The [`http`] module is the server's HTTP/1.1 codec, sans-IO (bytes in, parsed heads and body
+//! runs out, response bytes to send): the native connection layer drives it, and it can be tested
+//! and fuzzed without sockets or Python.
 //!
 //! Ownership rule for the whole crate: a `Poller` and a `Timers` are owned by exactly one loop
 //! thread; only `Injector` (and the `Waker` inside it) is shared with other threads, and it is
 //! `Sync` by construction (a mutex plus atomics).
 
 pub mod clock;
+pub mod http;
 pub mod inject;
 pub mod poller;
 pub mod ready;

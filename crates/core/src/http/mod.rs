@@ -1,0 +1,61 @@
+//! The HTTP/1.1 codec, sans-IO: bytes in, parsed heads and body runs out, bytes to send back.
+//!
+//! Nothing here touches a socket, a clock (except [`DateCache`], which reads the wall clock on
+//! request) or Python. The connection layer owns the read buffer and the write buffer and drives
+//! these pieces:
+//!
+//! * [`parse_head`] turns the bytes at the front of the read buffer into a [`Head`] of ranges into
+//!   that buffer (names lowercased in place), deciding the request's [`BodyKind`] by RFC 9112 §6.
+//! * [`BodyDecoder`] strips the body framing (Content-Length or chunked) one contiguous run at a
+//!   time and never reads past the end of the body, so a pipelined request behind it stays put.
+//! * [`encode_head`] writes the response head and decides the response [`Framing`]; the body
+//!   helpers ([`encode_chunk`], [`encode_last_chunk`]) write the chunked framing.
+//! * [`error_response`] is the complete response sent before closing on an [`HttpError`].
+//!
+//! Invariants for the whole module:
+//! * A parser error is final for the connection: the caller sends `error_response(err.status, ..)`
+//!   and closes. No function here resumes after returning `Err`.
+//! * Feeding a parser its input whole, byte by byte, or followed by a pipelined request gives the
+//!   same result, and every consumed count stops exactly at the end of what it describes (the unit
+//!   tests check each case all three ways).
+//! * Every limit has a default, cites its precedent, and its error message names the option that
+//!   raises it.
+
+pub mod body;
+pub mod request;
+
+use std::fmt;
+
+pub use body::{BodyDecoder, Decoded};
+pub use request::{parse_head, BodyKind, Head, Limits};
+
+/// The protocol version of a request. Only HTTP/1.0 and HTTP/1.1 are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Version {
+    Http10,
+    #[default]
+    Http11,
+}
+
+/// A request the server must reject: send `status` with `reason` as the body, then close.
+///
+/// `reason` names the cause and, for a limit, the option that raises it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpError {
+    pub status: u16,
+    pub reason: &'static str,
+}
+
+impl HttpError {
+    pub(crate) const fn new(status: u16, reason: &'static str) -> Self {
+        Self { status, reason }
+    }
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.status, self.reason)
+    }
+}
+
+impl std::error::Error for HttpError {}
