@@ -22,12 +22,19 @@
 //!   raises it.
 
 pub mod body;
+pub mod date;
 pub mod request;
+pub mod response;
 
 use std::fmt;
 
 pub use body::{BodyDecoder, Decoded};
+pub use date::{format_http_date, DateCache};
 pub use request::{parse_head, BodyKind, Head, Limits};
+pub use response::{
+    encode_chunk, encode_head, encode_last_chunk, error_response, reason_phrase, write_chunk_size,
+    Framing, HeaderError, RequestInfo,
+};
 
 /// The protocol version of a request. Only HTTP/1.0 and HTTP/1.1 are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
