@@ -26,6 +26,9 @@ pub mod date;
 pub mod request;
 pub mod response;
 
+#[cfg(test)]
+mod random_tests;
+
 use std::fmt;
 
 pub use body::{BodyDecoder, Decoded};

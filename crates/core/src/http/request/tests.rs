@@ -519,6 +519,12 @@ fn limits_apply_at_the_same_byte_however_the_input_is_split() {
             b"GET /aaaaaaaaaaaaaaaaa HTTP/9.9\r\n\r\n",
             Some(414),
         ),
+        // An error past the head limit is never reached: the limit is, at byte 65.
+        (
+            "bad byte after the head limit",
+            b"GET / HTTP/1.1\r\nX: 0123456789012345678901234567890123456789012345678\x01\r\n\r\n",
+            Some(431),
+        ),
         // An error before a limit is reached wins over the limit.
         (
             "bad byte before the head limit",
