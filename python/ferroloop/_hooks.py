@@ -31,3 +31,14 @@ def handle_repr(handle: Any) -> str:
 def extract_stack() -> Any:
     """The stack of the Python code that called the (frameless) native loop method."""
     return format_helpers.extract_stack(sys._getframe(1))
+
+
+def log_server_error(message: str, exc: BaseException | None) -> None:
+    """The HTTP server's error log when the Python side gave it none: ``ferroloop.error``."""
+    import logging
+
+    logger = logging.getLogger("ferroloop.error")
+    if exc is None:
+        logger.error(message)
+    else:
+        logger.error(message, exc_info=(type(exc), exc, exc.__traceback__))

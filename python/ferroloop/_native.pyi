@@ -8,8 +8,12 @@ from typing_extensions import disjoint_base
 
 __all__ = [
     "DEBUG_BUILD",
+    "Connection",
     "Handle",
+    "HttpServer",
     "LoopCore",
+    "Ready",
+    "RequestCycle",
     "SocketOperation",
     "TimerHandle",
     "__version__",
@@ -121,3 +125,60 @@ class LoopCore:
     def _spawn_rust_producer(
         self, callback: Callable[[int, float], object], n: int, interval_us: int
     ) -> None: ...
+
+@final
+class HttpServer:
+    """The native HTTP/1.1 server of one listening socket, on one ferroloop loop."""
+
+    def __new__(
+        cls,
+        loop: LoopCore,
+        sock: Any,
+        app: Callable[..., Any],
+        *,
+        root_path: str = "",
+        state: dict[str, Any] | None = None,
+        scheme: str = "http",
+        limit_concurrency: int | None = None,
+        timeout_keep_alive: float = 5.0,
+        timeout_header: float = 10.0,
+        limit_header_size: int = 65536,
+        limit_headers: int = 100,
+        limit_uri: int = 8192,
+        limit_body: int | None = None,
+        server_header: bool = True,
+        date_header: bool = True,
+        access_log: Callable[[Any, str, str, str, int], object] | None = None,
+        log_error: Callable[[str, BaseException | None], object] | None = None,
+    ) -> HttpServer: ...
+    def start(self) -> None: ...
+    def close(self) -> None: ...
+    def shutdown(self) -> None: ...
+    def abort(self) -> None: ...
+    def _sweep(self) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> None: ...
+    @property
+    def connections(self) -> int: ...
+    @property
+    def requests(self) -> int: ...
+    @property
+    def tasks(self) -> int: ...
+
+@final
+class Connection:
+    def __call__(self, writable: bool) -> None: ...
+
+@final
+class RequestCycle:
+    def receive(self) -> Any: ...
+    def send(self, message: dict[str, Any]) -> Any: ...
+    def __call__(self, task: Any) -> None: ...
+
+@final
+class Ready:
+    def __await__(self) -> Ready: ...
+    def __iter__(self) -> Ready: ...
+    def __next__(self) -> None: ...
+    def send(self, _value: object) -> None: ...
+    def throw(self, typ: Any, val: Any = None, _tb: Any = None) -> None: ...
+    def close(self) -> None: ...

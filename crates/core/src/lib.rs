@@ -2,8 +2,8 @@
 //!
 //! Everything here is plain Rust that an event loop thread drives: the [`poller`] (epoll), the
 //! [`waker`] (an eventfd), the [`inject`] queue through which other threads hand work to the loop
-//! with a coalesced wake-up, the [`timers`] heap with O(log n) cancellation, and the [`ready`] queue
-//! with asyncio's batch rule. The Python extension (`crates/py`) owns one of each per loop and adds
+//! with a coalesced wake-up, the [`timers`] heap with O(log n) cancellation, the [`ready`] queue
+//! with asyncio's batch rule, and the [`outq`] write queue (vectored writes, sendfile). The Python extension (`crates/py`) owns one of each per loop and adds
 //! the Python objects on top.
 //!
 //! The [`http`] module is the server's HTTP/1.1 codec, sans-IO (bytes in, parsed heads and body
@@ -17,6 +17,7 @@
 pub mod clock;
 pub mod http;
 pub mod inject;
+pub mod outq;
 pub mod poller;
 pub mod ready;
 pub mod sys;
@@ -24,6 +25,7 @@ pub mod timers;
 pub mod waker;
 
 pub use inject::{Injector, PushOutcome};
+pub use outq::{Flushed, OutQueue};
 pub use poller::{Events, Interest, Poller, Readiness};
 pub use ready::ReadyQueue;
 pub use timers::{TimerId, Timers};

@@ -11,6 +11,7 @@ pub mod event_loop;
 mod fastcall;
 mod handle;
 mod hooks;
+mod server;
 mod sock_ops;
 
 use pyo3::prelude::*;
@@ -21,6 +22,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<handle::Handle>()?;
     m.add_class::<handle::TimerHandle>()?;
     m.add_class::<sock_ops::SocketOperation>()?;
+    m.add_class::<server::HttpServer>()?;
+    m.add_class::<server::Conn>()?;
+    m.add_class::<server::Cycle>()?;
+    m.add_class::<server::Ready>()?;
     m.add_function(wrap_pyfunction!(fastcall::_install_fast_methods, m)?)?;
     m.add("DEBUG_BUILD", cfg!(debug_assertions))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

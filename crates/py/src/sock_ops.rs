@@ -87,7 +87,7 @@ fn would_block(errno: i32) -> bool {
 }
 
 /// Ends the coroutine protocol with `StopIteration(value)`.
-fn stop_iteration(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyErr {
+pub(crate) fn stop_iteration(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyErr {
     // A tuple would be taken as StopIteration's args; results here are bytes, int or None.
     debug_assert!(!value.is_instance_of::<PyTuple>());
     // SAFETY: we hold the GIL; both pointers are live objects.

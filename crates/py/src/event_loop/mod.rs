@@ -419,7 +419,7 @@ impl LoopCore {
     }
 
     /// `asyncio.Future(loop=self)`, without a Python frame in between.
-    fn create_future(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+    pub(crate) fn create_future(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let kwargs = Self::loop_kwargs(slf)?;
         Ok(crate::hooks::future_type(py)?
@@ -430,7 +430,7 @@ impl LoopCore {
     /// `asyncio.Task(coro, loop=self, name=name, context=context)`; a task factory or debug mode
     /// goes through asyncio's own `create_task`.
     #[pyo3(signature = (coro, *, name=None, context=None))]
-    fn create_task(
+    pub(crate) fn create_task(
         slf: &Bound<'_, Self>,
         coro: &Bound<'_, PyAny>,
         name: Option<&Bound<'_, PyAny>>,

@@ -1,0 +1,365 @@
+//! `OutQueue`: the bytes (and file ranges) a connection still has to write, flushed with
+//! vectored `sendmsg` and zero-copy `sendfile`.
+//!
+//! Invariants:
+//! - Segments leave the queue strictly in push order; a file range is sent only after every
+//!   byte queued before it.
+//! - `pending` is the exact number of bytes (buffered plus file ranges) not yet written.
+//! - A fully written buffer segment is recycled as the next tail buffer, so a keep-alive
+//!   connection reuses one allocation for all its responses.
+//! - Writes use `MSG_NOSIGNAL`: a peer that went away is an `EPIPE` error, never a `SIGPIPE`.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use crate::sys::cvt;
+
+/// At most this many iovecs per `sendmsg` (well under `IOV_MAX`).
+const MAX_IOVECS: usize = 64;
+
+/// A buffered run of bytes, or a range of a file sent with `sendfile`.
+#[derive(Debug)]
+enum Segment {
+    Bytes {
+        buf: Vec<u8>,
+        pos: usize,
+    },
+    File {
+        file: OwnedFd,
+        offset: u64,
+        remaining: u64,
+    },
+}
+
+/// What a flush achieved.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flushed {
+    /// Everything queued is written.
+    Done,
+    /// The socket buffer is full; wait for writability.
+    Blocked,
+}
+
+#[derive(Debug, Default)]
+pub struct OutQueue {
+    segs: VecDeque<Segment>,
+    pending: usize,
+    spare: Vec<u8>,
+}
+
+impl OutQueue {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bytes not yet written.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending == 0
+    }
+
+    /// Appends bytes (to the tail buffer when there is one).
+    pub fn push(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        self.tail_buf().extend_from_slice(data);
+        self.pending += data.len();
+    }
+
+    /// Lets an encoder append to the tail buffer directly: `f` gets the buffer and the bytes it
+    /// appends are counted as pending.
+    pub fn with_tail<R>(&mut self, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        let buf = self.tail_buf();
+        let before = buf.len();
+        let r = f(buf);
+        let after = self.tail_len();
+        self.pending += after - before;
+        r
+    }
+
+    fn tail_len(&self) -> usize {
+        match self.segs.back() {
+            Some(Segment::Bytes { buf, .. }) => buf.len(),
+            _ => 0,
+        }
+    }
+
+    fn tail_buf(&mut self) -> &mut Vec<u8> {
+        if !matches!(self.segs.back(), Some(Segment::Bytes { .. })) {
+            let buf = std::mem::take(&mut self.spare);
+            self.segs.push_back(Segment::Bytes { buf, pos: 0 });
+        }
+        match self.segs.back_mut() {
+            Some(Segment::Bytes { buf, .. }) => buf,
+            _ => unreachable!("a bytes segment was just ensured"),
+        }
+    }
+
+    /// Queues `len` bytes of `file` from `offset`, sent with `sendfile` in order.
+    pub fn push_file(&mut self, file: OwnedFd, offset: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        self.pending += len as usize;
+        self.segs.push_back(Segment::File {
+            file,
+            offset,
+            remaining: len,
+        });
+    }
+
+    /// Writes the queue and then `extra` in as few syscalls as the socket allows, without
+    /// copying `extra`. Returns how many bytes of `extra` were written; the caller queues the
+    /// rest with [`push`](Self::push). `extra` is only tried once the queue itself is empty.
+    pub fn flush_with(&mut self, fd: RawFd, extra: &[u8]) -> io::Result<usize> {
+        // File ranges and long queues go out first on their own; what is left is a short run of
+        // buffers that fits in one `sendmsg` together with `extra`.
+        let has_file = self.segs.iter().any(|s| matches!(s, Segment::File { .. }));
+        if (has_file || self.segs.len() >= MAX_IOVECS) && self.flush(fd)? == Flushed::Blocked {
+            return Ok(0);
+        }
+        loop {
+            let mut iov: Vec<libc::iovec> = Vec::with_capacity(self.segs.len() + 1);
+            for seg in &self.segs {
+                if let Segment::Bytes { buf, pos } = seg {
+                    if *pos < buf.len() {
+                        iov.push(iovec(&buf[*pos..]));
+                    }
+                }
+            }
+            if !extra.is_empty() {
+                iov.push(iovec(extra));
+            }
+            if iov.is_empty() {
+                return Ok(0);
+            }
+            match sendmsg(fd, &iov) {
+                Ok(n) => {
+                    // A short write means the socket buffer is full: the caller queues the rest
+                    // of `extra` and waits for writability.
+                    let from_queue = n.min(self.pending);
+                    self.consume(from_queue);
+                    return Ok(n - from_queue);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes as much of the queue as the socket takes.
+    pub fn flush(&mut self, fd: RawFd) -> io::Result<Flushed> {
+        while let Some(seg) = self.segs.front_mut() {
+            match seg {
+                Segment::Bytes { .. } => {
+                    let mut iov: Vec<libc::iovec> = Vec::new();
+                    for s in self.segs.iter().take(MAX_IOVECS) {
+                        match s {
+                            Segment::Bytes { buf, pos } => {
+                                if *pos < buf.len() {
+                                    iov.push(iovec(&buf[*pos..]));
+                                }
+                            }
+                            Segment::File { .. } => break,
+                        }
+                    }
+                    if iov.is_empty() {
+                        self.consume(0);
+                        continue;
+                    }
+                    let want: usize = iov.iter().map(|v| v.iov_len).sum();
+                    match sendmsg(fd, &iov) {
+                        Ok(n) => {
+                            self.consume(n);
+                            if n < want {
+                                return Ok(Flushed::Blocked);
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            return Ok(Flushed::Blocked)
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Segment::File {
+                    file,
+                    offset,
+                    remaining,
+                } => {
+                    let chunk = (*remaining).min(1 << 30) as usize;
+                    let mut off = *offset as libc::off_t;
+                    // SAFETY: `file` is an open fd we own, `off` is a valid out-pointer for the
+                    // duration of the call, and `fd` is the caller's socket.
+                    let r =
+                        cvt(unsafe { libc::sendfile(fd, file.as_raw_fd(), &raw mut off, chunk) });
+                    match r {
+                        Ok(0) => {
+                            // The file is shorter than announced: the response cannot be
+                            // completed truthfully.
+                            return Err(io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                "file shrank while being sent",
+                            ));
+                        }
+                        Ok(n) => {
+                            let n = n as u64;
+                            *offset += n;
+                            *remaining -= n;
+                            self.pending -= n as usize;
+                            if *remaining == 0 {
+                                self.segs.pop_front();
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            return Ok(Flushed::Blocked)
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        Ok(Flushed::Done)
+    }
+
+    /// Drops `n` written bytes from the front buffer segments.
+    fn consume(&mut self, mut n: usize) {
+        self.pending -= n;
+        while let Some(Segment::Bytes { buf, pos }) = self.segs.front_mut() {
+            let left = buf.len() - *pos;
+            if n < left {
+                *pos += n;
+                return;
+            }
+            n -= left;
+            let Some(Segment::Bytes { mut buf, .. }) = self.segs.pop_front() else {
+                unreachable!("front was a bytes segment")
+            };
+            if buf.capacity() > self.spare.capacity() && buf.capacity() <= 1 << 20 {
+                buf.clear();
+                self.spare = buf;
+            }
+            if n == 0 && !matches!(self.segs.front(), Some(Segment::Bytes { .. })) {
+                return;
+            }
+        }
+    }
+
+    /// Forgets everything queued (the connection is gone).
+    pub fn clear(&mut self) {
+        self.segs.clear();
+        self.pending = 0;
+    }
+}
+
+fn iovec(data: &[u8]) -> libc::iovec {
+    libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    }
+}
+
+fn sendmsg(fd: RawFd, iov: &[libc::iovec]) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_ptr().cast_mut();
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: `msg` points at `iov`, whose entries point into live buffers for this call.
+    cvt(unsafe { libc::sendmsg(fd, &raw const msg, libc::MSG_NOSIGNAL) }).map(|n| n as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    use std::os::unix::net::UnixStream;
+
+    fn pair() -> (UnixStream, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn queued_bytes_then_extra_arrive_in_order() {
+        let (a, mut b) = pair();
+        let mut q = OutQueue::new();
+        q.push(b"head ");
+        q.with_tail(|buf| buf.extend_from_slice(b"more "));
+        assert_eq!(q.pending(), 10);
+        let n = q.flush_with(a.as_raw_fd(), b"body").unwrap();
+        assert_eq!(n, 4);
+        assert!(q.is_empty());
+        drop(a);
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"head more body");
+    }
+
+    #[test]
+    fn full_socket_blocks_and_resumes_without_loss() {
+        let (a, mut b) = pair();
+        let mut q = OutQueue::new();
+        let big: Vec<u8> = (0..4_000_000u32).map(|i| (i % 251) as u8).collect();
+        let n = q.flush_with(a.as_raw_fd(), &big).unwrap();
+        assert!(
+            n < big.len(),
+            "a socketpair buffer cannot take 4 MB at once"
+        );
+        q.push(&big[n..]);
+        q.push(b"tail");
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            b.read_to_end(&mut got).unwrap();
+            got
+        });
+        while q.flush(a.as_raw_fd()).unwrap() == Flushed::Blocked {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        drop(a);
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), big.len() + 4);
+        assert_eq!(&got[..big.len()], &big[..]);
+        assert_eq!(&got[big.len()..], b"tail");
+    }
+
+    #[test]
+    fn file_ranges_are_sent_in_order_with_bytes() {
+        let path = std::env::temp_dir().join(format!("outq-{}", std::process::id()));
+        std::fs::write(&path, b"0123456789").unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        // SAFETY: `into_raw_fd` hands us sole ownership of the fd.
+        let owned = unsafe { OwnedFd::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(f)) };
+        let (a, mut b) = pair();
+        let mut q = OutQueue::new();
+        q.push(b"<");
+        q.push_file(owned, 2, 5);
+        q.push(b">");
+        assert_eq!(q.pending(), 7);
+        assert_eq!(q.flush(a.as_raw_fd()).unwrap(), Flushed::Done);
+        drop(a);
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"<23456>");
+    }
+
+    #[test]
+    fn closed_peer_is_an_error_not_a_signal() {
+        let (a, b) = pair();
+        drop(b);
+        let mut q = OutQueue::new();
+        q.push(b"x");
+        let err = q.flush(a.as_raw_fd()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+    }
+}

@@ -1,0 +1,762 @@
+//! One HTTP/1.1 connection: reads into a buffer, parses heads and bodies with the sans-IO codec,
+//! runs one request at a time through the app, and writes responses in order.
+//!
+//! Phases (`Phase`), all changed on the loop thread:
+//! - `Idle`: waiting for a request head. The deadline is the keep-alive timeout, or the
+//!   header timeout once part of a head has arrived (slowloris).
+//! - `Busy`: a request is in flight (`req`). Reading goes on, to see a disconnect and to
+//!   buffer the body, until `READ_HIGH` unconsumed bytes are buffered (flow control). Pipelined
+//!   requests wait in the buffer; the next one starts when this response is complete.
+//! - `Closing`: the last response is queued; once it is written the write side is shut.
+//! - `Lingering`: write side shut, reading and discarding until the peer closes or the
+//!   deadline passes, so unread input does not turn our close into a reset that loses the
+//!   response.
+//! - `Closed`: out of the poller and the fd closed. The `Conn` object may live on (an app task
+//!   holds it): every method checks the phase first and never touches the fd number again.
+//!
+//! Methods borrow the state, decide, and return `Effects` that run after the borrow ends
+//! (registrations, Future results, logs, the access log), because those call Python code that may
+//! call back into this connection.
+
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use ferroloop_core::http::{
+    error_response, parse_head, BodyDecoder, BodyKind, Framing, Head, HttpError, RequestInfo,
+};
+use ferroloop_core::{clock, OutQueue};
+use pyo3::exceptions::PyTypeError;
+use pyo3::gc::PyVisit;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyInt, PyString, PyTuple};
+use pyo3::PyTraverseError;
+
+use super::cycle::{Cycle, Ready};
+use super::scope::{self, RequestFacts};
+use super::HttpServer;
+use crate::cell::LoopCell;
+use crate::event_loop::LoopCore;
+
+/// Stop reading while this many received bytes wait for the app (a request body, pipelined
+/// requests): the client is then held back by TCP flow control.
+pub(super) const READ_HIGH: usize = 256 * 1024;
+/// `send()` waits while more than this many bytes are queued for the socket.
+pub(super) const WRITE_HIGH: usize = 64 * 1024;
+/// ... until the queue is back under this.
+pub(super) const WRITE_LOW: usize = 16 * 1024;
+/// Bytes asked of each `recv`.
+pub(super) const READ_CHUNK: usize = 64 * 1024;
+/// Chunked bodies up to this size are copied into the write queue with their framing; larger
+/// ones are written from the app's buffer.
+pub(super) const COPY_MAX: usize = 16 * 1024;
+/// How long a lingering close waits for the peer.
+pub(super) const LINGER: f64 = 2.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    Idle,
+    Busy,
+    Closing,
+    Lingering,
+    Closed,
+}
+
+#[derive(Default)]
+pub(super) struct Response {
+    pub(super) status: u16,
+    pub(super) started: bool,
+    pub(super) headers: Option<Py<PyAny>>,
+    pub(super) trailers: bool,
+    pub(super) framing: Option<Framing>,
+    pub(super) body_done: bool,
+}
+
+pub(super) struct Request {
+    pub(super) seq: u64,
+    pub(super) info: RequestInfo,
+    pub(super) expect_continue: bool,
+    pub(super) decoder: BodyDecoder,
+    pub(super) body_bytes: u64,
+    /// The app has been given the last `http.request` message.
+    pub(super) body_delivered: bool,
+    pub(super) facts: RequestFacts,
+    pub(super) resp: Response,
+    pub(super) receive_waiter: Option<Py<PyAny>>,
+    pub(super) drain_waiter: Option<Py<PyAny>>,
+}
+
+#[allow(clippy::struct_excessive_bools)] // independent facts about one socket
+pub(super) struct ConnState {
+    pub(super) fd: RawFd,
+    pub(super) phase: Phase,
+    pub(super) rbuf: Vec<u8>,
+    pub(super) rpos: usize,
+    pub(super) out: OutQueue,
+    pub(super) head: Head,
+    /// The reader / writer is registered in the loop's fd table.
+    pub(super) reading: bool,
+    pub(super) writing: bool,
+    pub(super) eof: bool,
+    pub(super) seq: u64,
+    pub(super) req: Option<Request>,
+    pub(super) deadline: f64,
+    /// The deadline is the header timeout (part of a head has arrived).
+    pub(super) header_clock: bool,
+}
+
+#[derive(Default)]
+#[must_use]
+pub(super) struct Effects {
+    pub(super) reading: Option<bool>,
+    pub(super) writing: Option<bool>,
+    pub(super) resolve: Vec<(Py<PyAny>, Py<PyAny>)>,
+    pub(super) logs: Vec<(String, Option<Py<PyAny>>)>,
+    pub(super) access: Option<(Py<PyString>, Py<PyString>, &'static str, u16)>,
+    pub(super) close: bool,
+    /// Run the state machine again (a pipelined request may be waiting).
+    pub(super) advance: bool,
+}
+
+#[pyclass(module = "ferroloop._native", name = "Connection", frozen)]
+pub struct Conn {
+    pub(super) server: Py<HttpServer>,
+    pub(super) fd: RawFd,
+    pub(super) client: Py<PyAny>,
+    pub(super) state: LoopCell<ConnState>,
+}
+
+impl Conn {
+    pub(crate) fn server(&self) -> &Py<HttpServer> {
+        &self.server
+    }
+
+    /// Wraps an accepted fd and registers its reader.
+    pub(super) fn open(
+        server: &Bound<'_, HttpServer>,
+        fd: RawFd,
+        client: Py<PyAny>,
+    ) -> PyResult<Py<Conn>> {
+        let py = server.py();
+        let deadline = clock::monotonic() + server.get().opts().timeout_header;
+        let conn = Py::new(
+            py,
+            Conn {
+                server: server.clone().unbind(),
+                fd,
+                client,
+                state: LoopCell::new(ConnState {
+                    fd,
+                    phase: Phase::Idle,
+                    rbuf: Vec::new(),
+                    rpos: 0,
+                    out: OutQueue::new(),
+                    head: Head::default(),
+                    reading: true,
+                    writing: false,
+                    eof: false,
+                    seq: 0,
+                    req: None,
+                    deadline,
+                    header_clock: true,
+                }),
+            },
+        )?;
+        if let Err(e) = Self::register(conn.bind(py), false, true) {
+            // SAFETY: the fd was just accepted, is ours, and is in no poller.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+            return Err(e);
+        }
+        Ok(conn)
+    }
+
+    pub(super) fn register(slf: &Bound<'_, Self>, write: bool, on: bool) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let loop_ = this.server.bind(py).get().loop_core().bind(py);
+        let fd = PyInt::new(py, this.fd);
+        if on {
+            let args = PyTuple::new(py, [write])?;
+            LoopCore::set_fd_handle(loop_, fd.as_any(), slf.as_any(), args, write).map(drop)
+        } else {
+            LoopCore::remove_fd_handle(loop_, fd.as_any(), write).map(drop)
+        }
+    }
+
+    pub(super) fn apply(slf: &Bound<'_, Self>, fx: Effects) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let server = this.server.bind(py).get();
+        for (message, exc) in fx.logs {
+            server.log(py, &message, exc.as_ref().map(|e| e.bind(py)));
+        }
+        if let Some((method, path, version, status)) = fx.access {
+            if let Some(log) = server.access_log() {
+                if let Err(e) =
+                    log.bind(py)
+                        .call1((this.client.bind(py), method, path, version, status))
+                {
+                    e.write_unraisable(py, Some(log.bind(py)));
+                }
+            }
+        }
+        if fx.close {
+            Self::close_now(slf)?;
+        } else {
+            if let Some(on) = fx.reading {
+                Self::register(slf, false, on)?;
+            }
+            if let Some(on) = fx.writing {
+                Self::register(slf, true, on)?;
+            }
+        }
+        for (fut, value) in fx.resolve {
+            let fut = fut.bind(py);
+            if !fut.call_method0(intern!(py, "done"))?.is_truthy()? {
+                fut.call_method1(intern!(py, "set_result"), (value,))?;
+            }
+        }
+        if fx.advance {
+            Self::advance(slf)?;
+        }
+        Ok(())
+    }
+
+    /// Readiness callback from the loop's fd table (`writable` says which direction).
+    pub(super) fn on_ready(slf: &Bound<'_, Self>, writable: bool) -> PyResult<()> {
+        if writable {
+            Self::on_writable(slf)
+        } else {
+            Self::on_readable(slf)
+        }
+    }
+
+    fn on_readable(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        {
+            let mut st = this.state.borrow(py)?;
+            if matches!(st.phase, Phase::Closed) || !st.reading {
+                return Ok(());
+            }
+            let failed = read_available(this.fd, &mut st);
+            if st.phase == Phase::Lingering {
+                st.rbuf.clear();
+                st.rpos = 0;
+                if st.eof || failed {
+                    drop(st);
+                    return Self::close_now(slf);
+                }
+                return Ok(());
+            }
+            if failed {
+                st.eof = true;
+            }
+        }
+        Self::advance(slf)
+    }
+
+    fn on_writable(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let mut fx = Effects::default();
+        {
+            let mut st = this.state.borrow(py)?;
+            if matches!(st.phase, Phase::Closed) {
+                return Ok(());
+            }
+            match st.out.flush(this.fd) {
+                Err(_) => {
+                    st.eof = true;
+                    fx.close = true;
+                }
+                Ok(_) => after_write(py, &mut st, &mut fx),
+            }
+        }
+        Self::apply(slf, fx)
+    }
+
+    /// The state machine step after new input or a completed response.
+    fn advance(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let server = this.server.bind(py).get();
+        let mut fx = Effects::default();
+        let start = {
+            let mut st = this.state.borrow(py)?;
+            match st.phase {
+                Phase::Idle => Self::idle_step(py, this, server, &mut st, &mut fx)?,
+                Phase::Busy => {
+                    Self::busy_step(py, server, &mut st, &mut fx)?;
+                    None
+                }
+                _ => None,
+            }
+        };
+        Self::apply(slf, fx)?;
+        if let Some((scope, seq)) = start {
+            Self::start_app(slf, &scope, seq)?;
+        }
+        Ok(())
+    }
+
+    /// `Idle`: parse a head; on success the request becomes current and its scope is returned.
+    fn idle_step<'py>(
+        py: Python<'py>,
+        this: &Conn,
+        server: &HttpServer,
+        st: &mut ConnState,
+        fx: &mut Effects,
+    ) -> PyResult<Option<(Bound<'py, PyDict>, u64)>> {
+        if st.rpos == st.rbuf.len() {
+            if st.eof {
+                fx.close = true;
+            }
+            return Ok(None);
+        }
+        if server.shutting_down(py) {
+            fx.close = true;
+            return Ok(None);
+        }
+        let ConnState {
+            rbuf, rpos, head, ..
+        } = &mut *st;
+        let parsed = parse_head(&mut rbuf[*rpos..], &server.opts().limits, head);
+        match parsed {
+            Ok(false) => {
+                if st.eof {
+                    fx.close = true;
+                } else if !st.header_clock {
+                    st.header_clock = true;
+                    st.deadline = clock::monotonic() + server.opts().timeout_header;
+                }
+                Ok(None)
+            }
+            Err(e) => {
+                Self::reject(py, server, st, fx, &e);
+                Ok(None)
+            }
+            Ok(true) => {
+                if let (Some(limit), BodyKind::Length(n)) = (server.opts().limit_body, st.head.body)
+                {
+                    if n > limit {
+                        let e = HttpError {
+                            status: 413,
+                            reason: "request body larger than the limit; raise --limit-body",
+                        };
+                        Self::reject(py, server, st, fx, &e);
+                        return Ok(None);
+                    }
+                }
+                if server.over_capacity(py) {
+                    let e = HttpError {
+                        status: 503,
+                        reason: "Service Unavailable",
+                    };
+                    Self::reject(py, server, st, fx, &e);
+                    return Ok(None);
+                }
+                let (scope, facts) = scope::build_scope(
+                    py,
+                    server.base(),
+                    &st.rbuf[st.rpos..],
+                    &st.head,
+                    &this.client,
+                )?;
+                let head = &st.head;
+                let is_head = st.rbuf[st.rpos..][head.method.clone()] == *b"HEAD";
+                let info = RequestInfo {
+                    version: head.version,
+                    is_head,
+                    keep_alive: head.keep_alive,
+                };
+                st.rpos += head.head_len;
+                st.seq += 1;
+                st.req = Some(Request {
+                    seq: st.seq,
+                    info,
+                    expect_continue: head.expect_continue,
+                    decoder: BodyDecoder::new(head.body),
+                    body_bytes: 0,
+                    body_delivered: false,
+                    facts,
+                    resp: Response::default(),
+                    receive_waiter: None,
+                    drain_waiter: None,
+                });
+                st.phase = Phase::Busy;
+                st.deadline = f64::INFINITY;
+                st.header_clock = false;
+                Ok(Some((scope, st.seq)))
+            }
+        }
+    }
+
+    /// Sends an error response for a request that never reached the app, then closes.
+    pub(super) fn reject(
+        py: Python<'_>,
+        server: &HttpServer,
+        st: &mut ConnState,
+        fx: &mut Effects,
+        e: &HttpError,
+    ) {
+        let date = server.date(py);
+        let bytes = error_response(e.status, e.reason, date.as_deref());
+        st.out.push(&bytes);
+        st.rbuf.clear();
+        st.rpos = 0;
+        st.phase = Phase::Closing;
+        if e.status != 503 {
+            fx.logs
+                .push((format!("invalid HTTP request: {}", e.reason), None));
+        }
+        let fd = st.fd;
+        start_closing(st, fx, fd);
+    }
+
+    /// `Busy`: hand newly arrived body bytes (or the disconnect) to a waiting `receive()`.
+    fn busy_step(
+        py: Python<'_>,
+        server: &HttpServer,
+        st: &mut ConnState,
+        fx: &mut Effects,
+    ) -> PyResult<()> {
+        let waiting = st.req.as_ref().is_some_and(|r| r.receive_waiter.is_some());
+        if waiting {
+            let msg = Self::next_message(py, server, st, fx)?;
+            if let Some(msg) = msg {
+                let req = st.req.as_mut().expect("busy has a request");
+                let fut = req.receive_waiter.take().expect("checked above");
+                fx.resolve.push((fut, msg));
+            }
+        }
+        if st.rbuf.len() - st.rpos >= READ_HIGH && st.reading {
+            st.reading = false;
+            fx.reading = Some(false);
+        }
+        Ok(())
+    }
+
+    fn start_app(slf: &Bound<'_, Self>, scope: &Bound<'_, PyDict>, seq: u64) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let server_b = this.server.bind(py);
+        let server = server_b.get();
+        let cycle = Bound::new(
+            py,
+            Cycle {
+                conn: slf.clone().unbind(),
+                seq,
+            },
+        )?;
+        let receive = cycle.getattr(intern!(py, "receive"))?;
+        let send = cycle.getattr(intern!(py, "send"))?;
+        let started = server
+            .app()
+            .bind(py)
+            .call1((scope, receive, send))
+            .and_then(|coro| LoopCore::create_task(server.loop_core().bind(py), &coro, None, None));
+        match started {
+            Ok(task) => {
+                let task = task.into_bound(py);
+                server.task_started(py, &task)?;
+                task.call_method1(intern!(py, "add_done_callback"), (cycle,))?;
+                Ok(())
+            }
+            Err(e) => {
+                let exc = e.into_value(py).into_any();
+                Self::app_finished(slf, seq, Some(exc.bind(py)), false)
+            }
+        }
+    }
+
+    /// The app's task ended (or calling the app failed): log its exception, and answer 500 or
+    /// close if it left its response unfinished.
+    pub(super) fn app_finished(
+        slf: &Bound<'_, Self>,
+        seq: u64,
+        exc: Option<&Bound<'_, PyAny>>,
+        cancelled: bool,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let server = this.server.bind(py).get();
+        let mut fx = Effects::default();
+        if let Some(e) = exc {
+            fx.logs.push((
+                "Exception in ASGI application\n".into(),
+                Some(e.clone().unbind()),
+            ));
+        }
+        {
+            let mut st = this.state.borrow(py)?;
+            let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
+            if current && st.phase == Phase::Busy {
+                let started = st.req.as_ref().is_some_and(|r| r.resp.started);
+                if started {
+                    if exc.is_none() && !cancelled {
+                        fx.logs.push((
+                            "ASGI callable returned without completing response.".into(),
+                            None,
+                        ));
+                    }
+                    fx.close = true;
+                } else {
+                    if exc.is_none() && !cancelled {
+                        fx.logs.push((
+                            "ASGI callable returned without starting response.".into(),
+                            None,
+                        ));
+                    }
+                    let date = server.date(py);
+                    let bytes = error_response(500, "Internal Server Error", date.as_deref());
+                    st.out.push(&bytes);
+                    Self::complete(py, server, &mut st, &mut fx, 500, false);
+                }
+            }
+        }
+        Self::apply(slf, fx)
+    }
+
+    /// Closes at once: out of the poller, fd closed, waiters told the client is gone.
+    pub(super) fn close_now(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let (reading, writing, waiters) = {
+            let mut st = this.state.borrow(py)?;
+            if st.phase == Phase::Closed {
+                return Ok(());
+            }
+            st.phase = Phase::Closed;
+            st.out.clear();
+            st.rbuf = Vec::new();
+            st.rpos = 0;
+            let mut waiters = Vec::new();
+            if let Some(req) = st.req.as_mut() {
+                waiters.extend(req.receive_waiter.take().map(|f| (f, true)));
+                waiters.extend(req.drain_waiter.take().map(|f| (f, false)));
+            }
+            (
+                std::mem::replace(&mut st.reading, false),
+                std::mem::replace(&mut st.writing, false),
+                waiters,
+            )
+        };
+        let unregistered = (|| {
+            if reading {
+                Self::register(slf, false, false)?;
+            }
+            if writing {
+                Self::register(slf, true, false)?;
+            }
+            Ok::<(), PyErr>(())
+        })();
+        // SAFETY: the fd is ours, out of the poller now, and `Closed` keeps every other path
+        // away from it.
+        drop(unsafe { OwnedFd::from_raw_fd(this.fd) });
+        let server = this.server.bind(py).get();
+        drop(server.conn_closed(py, this.fd));
+        for (fut, is_receive) in waiters {
+            let value = if is_receive {
+                scope::disconnect_message(py)?.into_any().unbind()
+            } else {
+                py.None()
+            };
+            let fut = fut.bind(py);
+            if !fut.call_method0(intern!(py, "done"))?.is_truthy()? {
+                fut.call_method1(intern!(py, "set_result"), (value,))?;
+            }
+        }
+        unregistered
+    }
+
+    /// Server shutdown: an idle connection closes now, a busy one after its response.
+    pub(super) fn shutdown(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let idle = slf.get().state.borrow(slf.py())?.phase == Phase::Idle;
+        if idle {
+            Self::close_now(slf)?;
+        }
+        Ok(())
+    }
+
+    /// The sweep: a connection past its deadline is closed (a partial head first gets 408).
+    pub(super) fn check_deadline(slf: &Bound<'_, Self>, now: f64) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let mut fx = Effects::default();
+        {
+            let mut st = this.state.borrow(py)?;
+            if st.deadline > now {
+                return Ok(());
+            }
+            match st.phase {
+                Phase::Idle if st.rpos < st.rbuf.len() => {
+                    let server = this.server.bind(py).get();
+                    let e = HttpError {
+                        status: 408,
+                        reason: "request head not received in time; raise --timeout-header",
+                    };
+                    Self::reject(py, server, &mut st, &mut fx, &e);
+                    st.deadline = now + LINGER;
+                }
+                Phase::Idle | Phase::Lingering | Phase::Closing => fx.close = true,
+                Phase::Busy | Phase::Closed => {}
+            }
+        }
+        Self::apply(slf, fx)
+    }
+}
+
+#[pymethods]
+impl Conn {
+    #[new]
+    fn py_new() -> PyResult<Self> {
+        Err(PyTypeError::new_err(
+            "Connection objects are created by the server",
+        ))
+    }
+
+    /// Readiness of the socket (`writable` says which direction).
+    fn __call__(slf: &Bound<'_, Self>, writable: bool) -> PyResult<()> {
+        Self::on_ready(slf, writable)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.server)?;
+        visit.call(&self.client)?;
+        if let Some(st) = self.state.try_borrow_for_gc() {
+            if let Some(req) = &st.req {
+                visit.call(&req.receive_waiter)?;
+                visit.call(&req.drain_waiter)?;
+                visit.call(&req.resp.headers)?;
+                visit.call(&req.facts.method)?;
+                visit.call(&req.facts.path)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let dropped = self
+            .state
+            .try_borrow_for_gc()
+            .and_then(|mut st| st.req.take());
+        drop(dropped);
+    }
+}
+
+/// `ready(value)`: the awaitable that completes at once.
+pub(super) fn ready(py: Python<'_>, value: Py<PyAny>) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(py, Ready::new(value))?.into_any())
+}
+
+/// Tries to write the queue now; registers the writer if something is left.
+pub(super) fn flush_now(st: &mut ConnState, fx: &mut Effects, fd: RawFd) {
+    if fd < 0 || st.out.is_empty() {
+        return;
+    }
+    if st.out.flush(fd).is_err() {
+        st.out.clear();
+        fx.close = true;
+    } else if !st.out.is_empty() && !st.writing {
+        st.writing = true;
+        fx.writing = Some(true);
+    }
+}
+
+/// `Closing`: once the queue is written, shut the write side and linger.
+pub(super) fn start_closing(st: &mut ConnState, fx: &mut Effects, fd: RawFd) {
+    flush_now(st, fx, fd);
+    if !st.out.is_empty() || fd < 0 {
+        if !st.writing {
+            st.writing = true;
+            fx.writing = Some(true);
+        }
+        return;
+    }
+    linger(st, fx, fd);
+}
+
+pub(super) fn linger(st: &mut ConnState, fx: &mut Effects, fd: RawFd) {
+    // SAFETY: shutdown on our open socket; failure (peer gone) just means close now.
+    if unsafe { libc::shutdown(fd, libc::SHUT_WR) } < 0 {
+        fx.close = true;
+        return;
+    }
+    st.phase = Phase::Lingering;
+    st.deadline = clock::monotonic() + LINGER;
+    if st.writing {
+        st.writing = false;
+        fx.writing = Some(false);
+    }
+    if !st.reading {
+        st.reading = true;
+        fx.reading = Some(true);
+    }
+}
+
+/// After the writer flushed: stop watching writability once empty, wake a `send()` waiting for
+/// the queue to drain, and finish a close.
+pub(super) fn after_write(py: Python<'_>, st: &mut ConnState, fx: &mut Effects) {
+    let fd = st.fd;
+    if st.out.pending() <= WRITE_LOW {
+        if let Some(req) = st.req.as_mut() {
+            if let Some(f) = req.drain_waiter.take() {
+                fx.resolve.push((f, py.None()));
+            }
+        }
+    }
+    if st.out.is_empty() {
+        if st.phase == Phase::Closing {
+            linger(st, fx, fd);
+            return;
+        }
+        if st.writing {
+            st.writing = false;
+            fx.writing = Some(false);
+        }
+    }
+}
+
+/// Reads what the socket has (bounded by `READ_HIGH` buffered); returns whether the read failed
+/// (a reset); sets `eof` on an orderly close.
+fn read_available(fd: RawFd, st: &mut ConnState) -> bool {
+    loop {
+        if st.rpos > 0 && st.rpos == st.rbuf.len() {
+            st.rbuf.clear();
+            st.rpos = 0;
+        }
+        if st.rbuf.len() - st.rpos >= READ_HIGH + READ_CHUNK {
+            return false;
+        }
+        if st.rbuf.capacity() - st.rbuf.len() < READ_CHUNK / 4 {
+            if st.rpos > 0 {
+                st.rbuf.drain(..st.rpos);
+                st.rpos = 0;
+            }
+            st.rbuf.reserve(READ_CHUNK);
+        }
+        let spare = st.rbuf.capacity() - st.rbuf.len();
+        let len = st.rbuf.len();
+        // SAFETY: we read into the vector's spare capacity (`spare` bytes after `len`) and set
+        // the length to cover exactly the bytes the kernel wrote.
+        let n = unsafe { libc::recv(fd, st.rbuf.as_mut_ptr().add(len).cast(), spare, 0) };
+        if n > 0 {
+            // SAFETY: the kernel initialized `n` bytes after `len`.
+            unsafe { st.rbuf.set_len(len + n as usize) };
+            if (n as usize) < spare {
+                return false;
+            }
+            continue;
+        }
+        if n == 0 {
+            st.eof = true;
+            return false;
+        }
+        let err = std::io::Error::last_os_error();
+        return match err.kind() {
+            std::io::ErrorKind::WouldBlock => false,
+            std::io::ErrorKind::Interrupted => continue,
+            _ => true,
+        };
+    }
+}

@@ -1,0 +1,546 @@
+//! The HTTP/1.1 server on the loop thread: `HttpServer` accepts, `Conn` reads, parses, frames
+//! and writes, `Cycle` is one request's `receive`/`send` pair. The only Python on a request's
+//! path is the app: the listener and every connection are registered in the loop's own fd
+//! table with a native callback, so readiness goes poller → Rust without a Python frame.
+//!
+//! Layers (kept apart so a later front process can reuse them):
+//! - `ferroloop_core::http`: the sans-IO codec (heads, bodies, response framing).
+//! - `conn.rs`: one connection's state machine over that codec and its socket.
+//! - `cycle.rs` + `scope.rs`: the ASGI side (scope, messages, the app task).
+//!
+//! Ownership and invariants:
+//! - Everything here runs on the loop thread with the GIL; state lives in `LoopCell`s and no
+//!   borrow is held across a call into Python code that could re-enter (the app, a Future's
+//!   `set_result`, the loggers): connection methods collect `Effects` under the borrow and apply
+//!   them after it ends.
+//! - The server owns each accepted fd. A connection's fd leaves the poller before it is closed,
+//!   and a closed connection never touches its (possibly reused) fd number again.
+//! - `conns` holds exactly the open connections; `tasks` exactly the app tasks not yet done.
+
+mod conn;
+mod cycle;
+mod receive;
+mod respond;
+mod scope;
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::RawFd;
+
+use ferroloop_core::http::{DateCache, Limits};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::gc::PyVisit;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyInt, PyString, PyTuple};
+use pyo3::PyTraverseError;
+
+pub use conn::Conn;
+pub use cycle::{Cycle, Ready};
+
+use crate::cell::LoopCell;
+use crate::event_loop::LoopCore;
+use scope::ScopeBase;
+
+/// The server's fixed configuration.
+pub(crate) struct Options {
+    pub limits: Limits,
+    pub limit_concurrency: Option<usize>,
+    pub limit_body: Option<u64>,
+    pub timeout_keep_alive: f64,
+    pub timeout_header: f64,
+    pub server_header: bool,
+    pub date_header: bool,
+}
+
+struct ServerState {
+    /// The listener is registered in the poller.
+    listening: bool,
+    shutting_down: bool,
+    conns: HashMap<RawFd, Py<Conn>>,
+    /// Running app tasks, by object address.
+    tasks: HashMap<usize, Py<PyAny>>,
+    requests: u64,
+    sweep: Option<Py<PyAny>>,
+    date: DateCache,
+}
+
+#[pyclass(module = "ferroloop._native", name = "HttpServer", frozen)]
+pub struct HttpServer {
+    loop_: Py<LoopCore>,
+    sock: Py<PyAny>,
+    listen_fd: RawFd,
+    app: Py<PyAny>,
+    access_log: Option<Py<PyAny>>,
+    log_error: Option<Py<PyAny>>,
+    base: ScopeBase,
+    opts: Options,
+    state: LoopCell<ServerState>,
+}
+
+/// `(host, port)` from a socket address object, `(path, None)` for a unix socket.
+fn scope_address(py: Python<'_>, addr: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    if let Ok(t) = addr.cast::<PyTuple>() {
+        if t.len() >= 2 {
+            return Ok(PyTuple::new(py, [t.get_item(0)?, t.get_item(1)?])?
+                .into_any()
+                .unbind());
+        }
+    }
+    if addr.is_instance_of::<PyString>() {
+        return Ok(PyTuple::new(py, [addr.clone(), py.None().into_bound(py)])?
+            .into_any()
+            .unbind());
+    }
+    Ok(py.None())
+}
+
+#[pymethods]
+impl HttpServer {
+    #[new]
+    #[pyo3(signature = (r#loop, sock, app, *, root_path="", state=None, scheme="http",
+        limit_concurrency=None, timeout_keep_alive=5.0, timeout_header=10.0,
+        limit_header_size=65536, limit_headers=100, limit_uri=8192, limit_body=None,
+        server_header=true, date_header=true, access_log=None, log_error=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        r#loop: &Bound<'_, PyAny>,
+        sock: &Bound<'_, PyAny>,
+        app: Py<PyAny>,
+        root_path: &str,
+        state: Option<Bound<'_, PyDict>>,
+        scheme: &str,
+        limit_concurrency: Option<usize>,
+        timeout_keep_alive: f64,
+        timeout_header: f64,
+        limit_header_size: usize,
+        limit_headers: usize,
+        limit_uri: usize,
+        limit_body: Option<u64>,
+        server_header: bool,
+        date_header: bool,
+        access_log: Option<Py<PyAny>>,
+        log_error: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        let loop_ = r#loop.cast::<LoopCore>().map_err(|_| {
+            PyTypeError::new_err("HttpServer needs a ferroloop loop (ferroloop.new_event_loop())")
+        })?;
+        if !(timeout_keep_alive > 0.0 && timeout_header > 0.0) {
+            return Err(PyValueError::new_err("timeouts must be positive"));
+        }
+        if limit_headers == 0 || limit_header_size < 64 || limit_uri == 0 {
+            return Err(PyValueError::new_err(
+                "limit_headers, limit_uri must be positive and limit_header_size at least 64",
+            ));
+        }
+        let fd: RawFd = sock.call_method0(intern!(py, "fileno"))?.extract()?;
+        if fd < 0 {
+            return Err(PyValueError::new_err("the listening socket is closed"));
+        }
+        let server_addr = scope_address(py, &sock.call_method0(intern!(py, "getsockname"))?)?;
+        let base = ScopeBase {
+            server: server_addr,
+            scheme: PyString::intern(py, scheme).unbind(),
+            root_path: PyString::new(py, root_path).unbind(),
+            root_path_bytes: root_path.as_bytes().to_vec(),
+            state: state.map(Bound::unbind),
+        };
+        Ok(Self {
+            loop_: loop_.clone().unbind(),
+            sock: sock.clone().unbind(),
+            listen_fd: fd,
+            app,
+            access_log,
+            log_error,
+            base,
+            opts: Options {
+                limits: Limits {
+                    max_head_bytes: limit_header_size,
+                    max_headers: limit_headers,
+                    max_uri_bytes: limit_uri,
+                },
+                limit_concurrency,
+                limit_body,
+                timeout_keep_alive,
+                timeout_header,
+                server_header,
+                date_header,
+            },
+            state: LoopCell::new(ServerState {
+                listening: false,
+                shutting_down: false,
+                conns: HashMap::new(),
+                tasks: HashMap::new(),
+                requests: 0,
+                sweep: None,
+                date: DateCache::new(),
+            }),
+        })
+    }
+
+    /// Starts accepting (called once by the Python side after construction).
+    fn start(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        {
+            let mut st = this.state.borrow(py)?;
+            if st.listening || st.shutting_down {
+                return Ok(());
+            }
+            st.listening = true;
+        }
+        let fd = PyInt::new(py, this.listen_fd);
+        LoopCore::set_fd_handle(
+            this.loop_.bind(py),
+            fd.as_any(),
+            slf.as_any(),
+            PyTuple::empty(py),
+            false,
+        )?;
+        Self::schedule_sweep(slf)
+    }
+
+    /// Readable listener: accept every waiting connection.
+    fn __call__(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        for _ in 0..256 {
+            if !this.state.borrow(py)?.listening {
+                return Ok(());
+            }
+            match accept(this.listen_fd) {
+                Ok(Some((fd, client))) => {
+                    let client = client.into_py(py)?;
+                    let conn = Conn::open(slf, fd, client)?;
+                    this.state.borrow(py)?.conns.insert(fd, conn);
+                }
+                Ok(None) => return Ok(()),
+                // Out of fds or a connection reset before accept: log and retry on the next
+                // readiness, as asyncio's accept loop does.
+                Err(e) if is_transient_accept_error(&e) => {
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                        this.log(py, &format!("accept failed: {e}"), None);
+                    }
+                    return Ok(());
+                }
+                Err(e) => {
+                    this.log(py, &format!("accept failed: {e}"), None);
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes idle connections past their deadline (keep-alive, header read, lingering close).
+    fn _sweep(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let now = ferroloop_core::clock::monotonic();
+        let conns: Vec<Py<Conn>> = {
+            let mut st = slf.get().state.borrow(py)?;
+            st.sweep = None;
+            st.conns.values().map(|c| c.clone_ref(py)).collect()
+        };
+        for conn in conns {
+            Conn::check_deadline(conn.bind(py), now)?;
+        }
+        Self::schedule_sweep(slf)
+    }
+
+    /// Stops accepting; existing connections go on.
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let was = std::mem::replace(&mut this.state.borrow(py)?.listening, false);
+        if was {
+            let fd = PyInt::new(py, this.listen_fd);
+            LoopCore::remove_fd_handle(this.loop_.bind(py), fd.as_any(), false)?;
+        }
+        Ok(())
+    }
+
+    /// No new requests: idle connections close now, busy ones after their current response.
+    fn shutdown(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Self::close(slf)?;
+        let py = slf.py();
+        let conns: Vec<Py<Conn>> = {
+            let mut st = slf.get().state.borrow(py)?;
+            st.shutting_down = true;
+            st.conns.values().map(|c| c.clone_ref(py)).collect()
+        };
+        for conn in conns {
+            Conn::shutdown(conn.bind(py))?;
+        }
+        Ok(())
+    }
+
+    /// Closes every connection now and cancels the running app tasks.
+    fn abort(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Self::shutdown(slf)?;
+        let py = slf.py();
+        let (conns, tasks): (Vec<Py<Conn>>, Vec<Py<PyAny>>) = {
+            let st = slf.get().state.borrow(py)?;
+            (
+                st.conns.values().map(|c| c.clone_ref(py)).collect(),
+                st.tasks.values().map(|t| t.clone_ref(py)).collect(),
+            )
+        };
+        for conn in conns {
+            Conn::close_now(conn.bind(py))?;
+        }
+        for task in tasks {
+            task.bind(py).call_method0(intern!(py, "cancel"))?;
+        }
+        let sweep = slf.get().state.borrow(py)?.sweep.take();
+        if let Some(t) = sweep {
+            t.bind(py).call_method0(intern!(py, "cancel"))?;
+        }
+        Ok(())
+    }
+
+    /// Open connections.
+    #[getter]
+    fn connections(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.state.borrow(py)?.conns.len())
+    }
+
+    /// Responses completed so far.
+    #[getter]
+    fn requests(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.state.borrow(py)?.requests)
+    }
+
+    /// App tasks still running (a task may outlive its response, e.g. background work).
+    #[getter]
+    fn tasks(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.state.borrow(py)?.tasks.len())
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.loop_)?;
+        visit.call(&self.sock)?;
+        visit.call(&self.app)?;
+        visit.call(&self.access_log)?;
+        visit.call(&self.log_error)?;
+        visit.call(&self.base.server)?;
+        visit.call(&self.base.state)?;
+        if let Some(st) = self.state.try_borrow_for_gc() {
+            for c in st.conns.values() {
+                visit.call(c)?;
+            }
+            for t in st.tasks.values() {
+                visit.call(t)?;
+            }
+            visit.call(&st.sweep)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let dropped = self.state.try_borrow_for_gc().map(|mut st| {
+            (
+                std::mem::take(&mut st.conns),
+                std::mem::take(&mut st.tasks),
+                st.sweep.take(),
+            )
+        });
+        drop(dropped);
+    }
+}
+
+impl HttpServer {
+    pub(crate) fn loop_core(&self) -> &Py<LoopCore> {
+        &self.loop_
+    }
+
+    pub(crate) fn opts(&self) -> &Options {
+        &self.opts
+    }
+
+    pub(crate) fn base(&self) -> &ScopeBase {
+        &self.base
+    }
+
+    pub(crate) fn app(&self) -> &Py<PyAny> {
+        &self.app
+    }
+
+    pub(crate) fn access_log(&self) -> Option<&Py<PyAny>> {
+        self.access_log.as_ref()
+    }
+
+    pub(crate) fn shutting_down(&self, py: Python<'_>) -> bool {
+        self.state.borrow(py).is_ok_and(|st| st.shutting_down)
+    }
+
+    /// Whether a new request may start (`--limit-concurrency`, counted as uvicorn does).
+    pub(crate) fn over_capacity(&self, py: Python<'_>) -> bool {
+        let Some(limit) = self.opts.limit_concurrency else {
+            return false;
+        };
+        self.state
+            .borrow(py)
+            .is_ok_and(|st| st.conns.len() > limit || st.tasks.len() >= limit)
+    }
+
+    /// The current `Date` header value, when enabled.
+    pub(crate) fn date(&self, py: Python<'_>) -> Option<Vec<u8>> {
+        if !self.opts.date_header {
+            return None;
+        }
+        self.state
+            .borrow(py)
+            .ok()
+            .map(|mut st| st.date.get().to_vec())
+    }
+
+    pub(crate) fn conn_closed(&self, py: Python<'_>, fd: RawFd) -> Option<Py<Conn>> {
+        self.state.borrow(py).ok()?.conns.remove(&fd)
+    }
+
+    pub(crate) fn task_started(&self, py: Python<'_>, task: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.state
+            .borrow(py)?
+            .tasks
+            .insert(task.as_ptr() as usize, task.clone().unbind());
+        Ok(())
+    }
+
+    pub(crate) fn task_done(&self, py: Python<'_>, task: &Bound<'_, PyAny>) -> Option<Py<PyAny>> {
+        self.state
+            .borrow(py)
+            .ok()?
+            .tasks
+            .remove(&(task.as_ptr() as usize))
+    }
+
+    pub(crate) fn response_done(&self, py: Python<'_>) {
+        if let Ok(mut st) = self.state.borrow(py) {
+            st.requests += 1;
+        }
+    }
+
+    /// Logs through the Python side's `log_error(message, exc)`, or to stderr without one.
+    pub(crate) fn log(&self, py: Python<'_>, message: &str, exc: Option<&Bound<'_, PyAny>>) {
+        let exc_obj = exc.map_or_else(|| py.None().into_bound(py), Clone::clone);
+        let result = match &self.log_error {
+            Some(f) => f.bind(py).call1((message, exc_obj)).map(drop),
+            None => crate::hooks::call(py, "log_server_error", (message, exc_obj)).map(drop),
+        };
+        if let Err(e) = result {
+            e.write_unraisable(py, None);
+        }
+    }
+
+    fn schedule_sweep(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        {
+            let st = this.state.borrow(py)?;
+            if st.sweep.is_some() || (st.shutting_down && st.conns.is_empty()) {
+                return Ok(());
+            }
+        }
+        let shortest = this.opts.timeout_keep_alive.min(this.opts.timeout_header);
+        let interval = (shortest / 4.0).clamp(0.05, 1.0);
+        let method = slf.getattr(intern!(py, "_sweep"))?;
+        let delay = interval.into_pyobject(py)?;
+        let timer = LoopCore::call_later_impl(
+            this.loop_.bind(py),
+            delay.as_any(),
+            &method,
+            PyTuple::empty(py),
+            None,
+        )?;
+        this.state.borrow(py)?.sweep = Some(timer.into_any());
+        Ok(())
+    }
+}
+
+/// A peer address: IPv4/IPv6 `(host, port)` or none (unix sockets).
+enum Peer {
+    Inet(String, u16),
+    None,
+}
+
+impl Peer {
+    fn into_py(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match self {
+            Peer::Inet(host, port) => (host, port).into_pyobject(py)?.into_any().unbind(),
+            Peer::None => py.None(),
+        })
+    }
+}
+
+fn is_transient_accept_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EMFILE
+                | libc::ENFILE
+                | libc::ENOBUFS
+                | libc::ENOMEM
+                | libc::ECONNABORTED
+                | libc::EPROTO
+                | libc::EINTR
+        )
+    )
+}
+
+/// `accept4` non-blocking; `Ok(None)` when no connection waits.
+fn accept(listen_fd: RawFd) -> io::Result<Option<(RawFd, Peer)>> {
+    // SAFETY: a zeroed sockaddr_storage is a valid out-buffer for any address family.
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `addr`/`len` describe a writable buffer of the stated size.
+    let fd = unsafe {
+        libc::accept4(
+            listen_fd,
+            (&raw mut addr).cast(),
+            &raw mut len,
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::WouldBlock {
+            return Ok(None);
+        }
+        return Err(e);
+    }
+    let peer = match i32::from(addr.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let a: &libc::sockaddr_in = unsafe { &*(&raw const addr).cast() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            set_nodelay(fd);
+            Peer::Inet(ip.to_string(), u16::from_be(a.sin_port))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let a: &libc::sockaddr_in6 = unsafe { &*(&raw const addr).cast() };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            set_nodelay(fd);
+            Peer::Inet(ip.to_string(), u16::from_be(a.sin6_port))
+        }
+        _ => Peer::None,
+    };
+    Ok(Some((fd, peer)))
+}
+
+/// Responses are written whole; Nagle would only delay them.
+fn set_nodelay(fd: RawFd) {
+    let one: libc::c_int = 1;
+    // SAFETY: `one` outlives the call and its size is passed; failure is harmless (unix
+    // sockets, or a peer already gone) and ignored.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&raw const one).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}

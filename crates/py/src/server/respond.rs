@@ -1,0 +1,513 @@
+//! A request's `send()`: response start, body parts (written from the app's buffer when the
+//! socket takes them at once, queued otherwise), `pathsend`/`zerocopysend` through `sendfile`,
+//! trailers, and the completion of the response (access log, keep-alive or close).
+
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use ferroloop_core::clock;
+use ferroloop_core::http::{encode_head, encode_last_chunk, write_chunk_size, Framing, Version};
+use ferroloop_core::OutQueue;
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyString};
+
+use super::conn::{
+    flush_now, ready, start_closing, Conn, ConnState, Effects, Phase, Request, COPY_MAX, WRITE_HIGH,
+};
+use super::scope;
+use super::HttpServer;
+use crate::event_loop::LoopCore;
+
+impl Conn {
+    /// `send(message)` of request `seq`.
+    pub(super) fn send(
+        slf: &Bound<'_, Self>,
+        seq: u64,
+        message: &Bound<'_, PyDict>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        let server = this.server.bind(py).get();
+        let typ = message
+            .get_item(intern!(py, "type"))?
+            .ok_or_else(|| PyTypeError::new_err("ASGI message without a 'type'"))?;
+        let typ = typ
+            .cast::<PyString>()
+            .map_err(|_| PyTypeError::new_err("ASGI message 'type' must be a str"))?;
+        let typ = typ.to_str()?;
+        let mut fx = Effects::default();
+        let wait = {
+            let mut st = this.state.borrow(py)?;
+            if st.phase == Phase::Closed {
+                // The client is gone: drop the message, as uvicorn does.
+                return ready(py, py.None());
+            }
+            let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
+            if !current {
+                return Err(PyRuntimeError::new_err(format!(
+                    "Unexpected ASGI message '{typ}' sent, after response already completed."
+                )));
+            }
+            if st.phase != Phase::Busy {
+                // The request was rejected mid-body (bad framing, body limit) and answered.
+                return ready(py, py.None());
+            }
+            let fd = this.fd;
+            match typ {
+                "http.response.start" => {
+                    start_message(py, &mut st, message)?;
+                    false
+                }
+                "http.response.body" => {
+                    let body = message.get_item(intern!(py, "body"))?;
+                    let more = flag(message, intern!(py, "more_body"))?;
+                    let buf = match &body {
+                        Some(b) if !b.is_none() => Some(
+                            pyo3::buffer::PyBuffer::<u8>::get(b)
+                                .map_err(|_| PyTypeError::new_err("'body' must be bytes-like"))?,
+                        ),
+                        _ => None,
+                    };
+                    let data: &[u8] = match &buf {
+                        // SAFETY: a contiguous u8 buffer of `len_bytes()` bytes, kept alive by
+                        // `buf` for this scope; nothing here runs Python code that could resize it.
+                        Some(b) if b.is_c_contiguous() => unsafe {
+                            std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
+                        },
+                        Some(_) => {
+                            return Err(PyTypeError::new_err("'body' must be contiguous"));
+                        }
+                        None => b"",
+                    };
+                    let body = Body::Bytes(data);
+                    Self::send_body(py, fd, server, &mut st, &mut fx, body, more)?
+                }
+                "http.response.pathsend" => {
+                    let body = pathsend_body(message)?;
+                    Self::send_body(py, fd, server, &mut st, &mut fx, body, false)?
+                }
+                "http.response.zerocopysend" => {
+                    let body = zerocopy_body(message)?;
+                    let more = flag(message, intern!(py, "more_body"))?;
+                    Self::send_body(py, fd, server, &mut st, &mut fx, body, more)?
+                }
+                "http.response.trailers" => {
+                    let more = flag(message, intern!(py, "more_trailers"))?;
+                    let headers = message.get_item(intern!(py, "headers"))?;
+                    let headers = headers.as_ref();
+                    Self::send_trailers(py, fd, server, &mut st, &mut fx, headers, more)?;
+                    false
+                }
+                other => {
+                    return Err(PyRuntimeError::new_err(format!(
+                        "Unexpected ASGI message '{other}' sent for an http request."
+                    )));
+                }
+            }
+        };
+        let fut = if wait {
+            let fut = LoopCore::create_future(server.loop_core().bind(py))?;
+            let mut st = this.state.borrow(py)?;
+            let over = st.out.pending() > WRITE_HIGH;
+            match st.req.as_mut() {
+                Some(req) if req.seq == seq && over => {
+                    req.drain_waiter = Some(fut.clone_ref(py));
+                    Some(fut)
+                }
+                _ => None,
+            }
+        } else {
+            None
+        };
+        Self::apply(slf, fx)?;
+        match fut {
+            Some(f) => Ok(f),
+            None => ready(py, py.None()),
+        }
+    }
+
+    /// Writes the head if it is not out yet, then body bytes; returns whether `send()` must
+    /// wait for the queue to drain.
+    pub(super) fn send_body(
+        py: Python<'_>,
+        fd: RawFd,
+        server: &HttpServer,
+        st: &mut ConnState,
+        fx: &mut Effects,
+        body: Body<'_>,
+        more: bool,
+    ) -> PyResult<bool> {
+        let body_len = match &body {
+            Body::Bytes(b) => b.len() as u64,
+            Body::File(_, _, n) => *n,
+        };
+        let (framing, trailers, status) = {
+            let req = st.req.as_mut().expect("current");
+            if !req.resp.started {
+                return Err(PyRuntimeError::new_err(
+                    "Unexpected ASGI message 'http.response.body' sent, before 'http.response.start'.",
+                ));
+            }
+            if req.resp.body_done {
+                return Err(PyRuntimeError::new_err(
+                    "Unexpected ASGI message 'http.response.body' sent, after the last body part.",
+                ));
+            }
+            if req.resp.framing.is_none() {
+                let known = (!more && !req.resp.trailers).then_some(body_len);
+                let framing = write_head(py, server, &mut st.out, req, known)?;
+                req.resp.framing = Some(framing);
+            }
+            (
+                req.resp.framing.expect("set above"),
+                req.resp.trailers,
+                req.resp.status,
+            )
+        };
+        let mut extra: &[u8] = b"";
+        let mut after: &[u8] = b"";
+        if framing.send_body && body_len > 0 {
+            match body {
+                Body::Bytes(data) => {
+                    if framing.chunked {
+                        st.out.with_tail(|b| write_chunk_size(b, data.len()));
+                        if data.len() <= COPY_MAX {
+                            st.out.push(data);
+                            st.out.push(b"\r\n");
+                        } else {
+                            extra = data;
+                            after = b"\r\n";
+                        }
+                    } else {
+                        extra = data;
+                    }
+                }
+                Body::File(file, offset, len) => {
+                    if framing.chunked {
+                        st.out.with_tail(|b| write_chunk_size(b, len as usize));
+                        st.out.push_file(file, offset, len);
+                        st.out.push(b"\r\n");
+                    } else {
+                        st.out.push_file(file, offset, len);
+                    }
+                }
+            }
+        }
+        let last = !more;
+        if last {
+            let req = st.req.as_mut().expect("current");
+            req.resp.body_done = true;
+        }
+        if last && !trailers && framing.chunked {
+            {
+                // Written after `extra`, so queued behind it below.
+                after = if after.is_empty() {
+                    b"0\r\n\r\n"
+                } else {
+                    b"\r\n0\r\n\r\n"
+                };
+            }
+        }
+        // Try the socket now: the head, queued bytes and `extra` in one vectored write.
+        if extra.is_empty() {
+            st.out.push(after);
+            after = b"";
+        }
+        let Ok(n) = st.out.flush_with(fd, extra) else {
+            st.out.clear();
+            fx.close = true;
+            return Ok(false);
+        };
+        st.out.push(&extra[n..]);
+        if !after.is_empty() {
+            st.out.push(after);
+            if n == extra.len() {
+                flush_now(st, fx, fd);
+            }
+        }
+        if !st.out.is_empty() && !st.writing {
+            st.writing = true;
+            fx.writing = Some(true);
+        }
+        if last && !trailers {
+            Self::complete(py, server, st, fx, status, framing.keep_alive);
+            return Ok(false);
+        }
+        Ok(st.out.pending() > WRITE_HIGH)
+    }
+
+    pub(super) fn send_trailers(
+        py: Python<'_>,
+        fd: RawFd,
+        server: &HttpServer,
+        st: &mut ConnState,
+        fx: &mut Effects,
+        headers: Option<&Bound<'_, PyAny>>,
+        more: bool,
+    ) -> PyResult<()> {
+        let req = st.req.as_mut().expect("current");
+        if !req.resp.trailers || !req.resp.body_done {
+            return Err(PyRuntimeError::new_err(
+                "Unexpected ASGI message 'http.response.trailers': trailers were not announced in \
+                 'http.response.start', or the body is not finished",
+            ));
+        }
+        let framing = req.resp.framing.expect("body done implies head written");
+        let status = req.resp.status;
+        let held = match headers {
+            Some(h) if !h.is_none() => header_list(h)?,
+            _ => Vec::new(),
+        };
+        let pairs: Vec<(&[u8], &[u8])> = held
+            .iter()
+            .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+            .collect();
+        if framing.chunked && framing.send_body {
+            // Trailers may come in several messages; only the last one ends the body.
+            let mut block = Vec::new();
+            if more {
+                for (n, v) in &pairs {
+                    block.extend_from_slice(n);
+                    block.extend_from_slice(b": ");
+                    block.extend_from_slice(v);
+                    block.extend_from_slice(b"\r\n");
+                }
+                req.resp.headers = None;
+                st.out.push(&block);
+                return Ok(());
+            }
+            encode_last_chunk(&mut block, &pairs)
+                .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+            st.out.push(&block);
+        }
+        if more {
+            return Ok(());
+        }
+        flush_now(st, fx, fd);
+        Self::complete(py, server, st, fx, status, framing.keep_alive);
+        Ok(())
+    }
+
+    /// The response of the current request is fully queued: log it, and either go back to
+    /// `Idle` (keep-alive) or start closing.
+    pub(super) fn complete(
+        py: Python<'_>,
+        server: &HttpServer,
+        st: &mut ConnState,
+        fx: &mut Effects,
+        status: u16,
+        keep_alive: bool,
+    ) {
+        let Some(mut req) = st.req.take() else {
+            return;
+        };
+        server.response_done(py);
+        if server.access_log().is_some() {
+            let facts = &req.facts;
+            let path = if facts.query.is_empty() {
+                facts.path.clone_ref(py)
+            } else {
+                let text = format!(
+                    "{}?{}",
+                    facts.path.bind(py).to_str().unwrap_or(""),
+                    String::from_utf8_lossy(&facts.query)
+                );
+                PyString::new(py, &text).unbind()
+            };
+            fx.access = Some((
+                facts.method.clone_ref(py),
+                path,
+                version_str(req.info.version),
+                status,
+            ));
+        }
+        // Wake a receive() waiting for the end of the response, and any drain waiter.
+        if let Some(f) = req.receive_waiter.take() {
+            if let Ok(m) = scope::disconnect_message(py) {
+                fx.resolve.push((f, m.into_any().unbind()));
+            }
+        }
+        if let Some(f) = req.drain_waiter.take() {
+            fx.resolve.push((f, py.None()));
+        }
+        // An unread rest of the body must be skipped before the next request; if it has not
+        // all arrived, the connection cannot be reused.
+        let mut reusable = keep_alive && !st.eof && !server.shutting_down(py);
+        if reusable && !req.body_delivered {
+            while let Ok(d) = req.decoder.decode(&st.rbuf[st.rpos..]) {
+                st.rpos += d.consumed;
+                if d.done || d.consumed == 0 {
+                    break;
+                }
+            }
+            reusable = req.decoder.is_done();
+        }
+        if st.rpos == st.rbuf.len() {
+            st.rbuf.clear();
+            st.rpos = 0;
+        }
+        if reusable {
+            st.phase = Phase::Idle;
+            st.deadline = clock::monotonic() + server.opts().timeout_keep_alive;
+            st.header_clock = false;
+            if !st.reading {
+                st.reading = true;
+                fx.reading = Some(true);
+            }
+            fx.advance = st.rpos < st.rbuf.len();
+        } else {
+            st.phase = Phase::Closing;
+            let fd = st.fd;
+            start_closing(st, fx, fd);
+        }
+    }
+}
+
+fn version_str(v: Version) -> &'static str {
+    match v {
+        Version::Http10 => "1.0",
+        Version::Http11 => "1.1",
+    }
+}
+
+/// `message[key]` as a bool (absent: false).
+fn flag(message: &Bound<'_, PyDict>, key: &Bound<'_, PyString>) -> PyResult<bool> {
+    match message.get_item(key)? {
+        Some(v) => v.is_truthy(),
+        None => Ok(false),
+    }
+}
+
+/// `http.response.start`: remembered until the first body part, so both go out in one write.
+fn start_message(py: Python<'_>, st: &mut ConnState, message: &Bound<'_, PyDict>) -> PyResult<()> {
+    let req = st.req.as_mut().expect("current");
+    if req.resp.started {
+        return Err(PyRuntimeError::new_err(
+            "Unexpected ASGI message 'http.response.start' sent, after response already started.",
+        ));
+    }
+    let status: u16 = message
+        .get_item(intern!(py, "status"))?
+        .ok_or_else(|| PyTypeError::new_err("http.response.start needs 'status'"))?
+        .extract()
+        .map_err(|_| PyTypeError::new_err("'status' must be an int in 100..=999"))?;
+    req.resp.status = status;
+    req.resp.started = true;
+    req.resp.headers = message.get_item(intern!(py, "headers"))?.map(Bound::unbind);
+    req.resp.trailers = flag(message, intern!(py, "trailers"))?;
+    Ok(())
+}
+
+/// `http.response.pathsend`: the whole file, sent with `sendfile`.
+fn pathsend_body(message: &Bound<'_, PyDict>) -> PyResult<Body<'static>> {
+    let py = message.py();
+    let path: std::path::PathBuf = message
+        .get_item(intern!(py, "path"))?
+        .ok_or_else(|| PyTypeError::new_err("http.response.pathsend needs 'path'"))?
+        .extract()?;
+    let file = std::fs::File::open(&path)
+        .map_err(|e| PyOSError::new_err(format!("cannot open {}: {e}", path.display())))?;
+    let len = file
+        .metadata()
+        .map_err(|e| PyOSError::new_err(e.to_string()))?
+        .len();
+    Ok(Body::File(OwnedFd::from(file), 0, len))
+}
+
+/// `http.response.zerocopysend`: a range of the app's open file, through our own dup of its fd
+/// (the app may close its file once `send()` returns).
+fn zerocopy_body(message: &Bound<'_, PyDict>) -> PyResult<Body<'static>> {
+    let py = message.py();
+    let file = message
+        .get_item(intern!(py, "file"))?
+        .ok_or_else(|| PyTypeError::new_err("http.response.zerocopysend needs 'file'"))?;
+    let raw: RawFd = file.call_method0(intern!(py, "fileno"))?.extract()?;
+    let os_err = || PyOSError::new_err(std::io::Error::last_os_error().to_string());
+    // SAFETY: `raw` is an fd the app's file object owns; F_DUPFD_CLOEXEC gives us our own.
+    let dup = unsafe { libc::fcntl(raw, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(os_err());
+    }
+    // SAFETY: `dup` is a fresh fd that nothing else owns.
+    let owned = unsafe { OwnedFd::from_raw_fd(dup) };
+    // SAFETY: an all-zero stat is a valid out-buffer.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on an fd we own into a stat buffer that outlives the call.
+    if unsafe { libc::fstat(dup, &raw mut stat) } < 0 {
+        return Err(os_err());
+    }
+    let size = stat.st_size as u64;
+    let offset: u64 = match message.get_item(intern!(py, "offset"))? {
+        Some(o) if !o.is_none() => o.extract()?,
+        // SAFETY: lseek with SEEK_CUR and offset 0 only reads the app's file position.
+        _ => unsafe { libc::lseek(raw, 0, libc::SEEK_CUR) }.max(0) as u64,
+    };
+    let count: u64 = match message.get_item(intern!(py, "count"))? {
+        Some(c) if !c.is_none() => c.extract()?,
+        _ => size.saturating_sub(offset),
+    };
+    Ok(Body::File(owned, offset, count))
+}
+
+pub(super) enum Body<'a> {
+    Bytes(&'a [u8]),
+    File(OwnedFd, u64, u64),
+}
+
+/// The app's headers as owned `bytes` pairs.
+fn header_list<'py>(
+    headers: &Bound<'py, PyAny>,
+) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    let mut out = Vec::new();
+    for item in headers.try_iter()? {
+        let item = item?;
+        let mut it = item.try_iter()?;
+        let (Some(name), Some(value), None) = (it.next(), it.next(), it.next()) else {
+            return Err(PyTypeError::new_err(
+                "each header must be a (name, value) pair",
+            ));
+        };
+        let name = name?;
+        let value = value?;
+        let (Ok(n), Ok(v)) = (name.cast_into::<PyBytes>(), value.cast_into::<PyBytes>()) else {
+            return Err(PyTypeError::new_err(
+                "header names and values must be bytes",
+            ));
+        };
+        out.push((n, v));
+    }
+    Ok(out)
+}
+
+/// Encodes the response head into the queue.
+fn write_head(
+    py: Python<'_>,
+    server: &HttpServer,
+    out: &mut OutQueue,
+    req: &Request,
+    known_length: Option<u64>,
+) -> PyResult<Framing> {
+    let held = match &req.resp.headers {
+        Some(h) => header_list(h.bind(py))?,
+        None => Vec::new(),
+    };
+    let pairs: Vec<(&[u8], &[u8])> = held
+        .iter()
+        .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+        .collect();
+    let date = server.date(py);
+    let server_name: Option<&[u8]> = server.opts().server_header.then_some(b"ferroloop");
+    out.with_tail(|buf| {
+        encode_head(
+            buf,
+            req.info,
+            req.resp.status,
+            &pairs,
+            known_length,
+            date.as_deref(),
+            server_name,
+        )
+    })
+    .map_err(|e| PyRuntimeError::new_err(format!("invalid response: {e}")))
+}

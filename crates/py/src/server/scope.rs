@@ -1,0 +1,230 @@
+//! Building ASGI objects natively: the http scope, `http.request` / `http.disconnect` messages.
+//!
+//! Keys are interned strings; fixed values (`"http"`, `"1.1"`, the common methods and header
+//! names) are cached once per interpreter. Every per-request field is built fresh for each
+//! request: nothing a request can mutate is shared with another.
+
+use std::borrow::Cow;
+
+use ferroloop_core::http::{Head, Version};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+
+/// Header names common enough to share one `bytes` object across requests (they are immutable).
+const COMMON_HEADERS: &[&[u8]] = &[
+    b"host",
+    b"user-agent",
+    b"accept",
+    b"accept-encoding",
+    b"accept-language",
+    b"connection",
+    b"content-type",
+    b"content-length",
+    b"cookie",
+    b"referer",
+    b"origin",
+    b"authorization",
+    b"cache-control",
+    b"transfer-encoding",
+    b"expect",
+    b"x-forwarded-for",
+    b"x-forwarded-proto",
+    b"x-request-id",
+    b"upgrade",
+    b"pragma",
+];
+
+const METHODS: &[&str] = &[
+    "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH", "CONNECT", "TRACE",
+];
+
+static HEADER_NAMES: PyOnceLock<Vec<Py<PyBytes>>> = PyOnceLock::new();
+static METHOD_NAMES: PyOnceLock<Vec<Py<PyString>>> = PyOnceLock::new();
+
+fn header_name<'py>(py: Python<'py>, name: &[u8]) -> Bound<'py, PyBytes> {
+    let cache = HEADER_NAMES.get_or_init(py, || {
+        COMMON_HEADERS
+            .iter()
+            .map(|n| PyBytes::new(py, n).unbind())
+            .collect()
+    });
+    match COMMON_HEADERS.iter().position(|n| *n == name) {
+        Some(i) => cache[i].bind(py).clone(),
+        None => PyBytes::new(py, name),
+    }
+}
+
+/// The method as a `str` (shared objects for the standard methods).
+pub fn method_str<'py>(py: Python<'py>, method: &[u8]) -> Bound<'py, PyString> {
+    let cache = METHOD_NAMES.get_or_init(py, || {
+        METHODS
+            .iter()
+            .map(|m| PyString::intern(py, m).unbind())
+            .collect()
+    });
+    match METHODS.iter().position(|m| m.as_bytes() == method) {
+        Some(i) => cache[i].bind(py).clone(),
+        // httparse only accepts token characters, so this is ASCII.
+        None => PyString::new(py, &String::from_utf8_lossy(method)),
+    }
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// `%XX` decoding (an invalid escape is kept as is, like `urllib.parse.unquote`).
+pub fn percent_decode(raw: &[u8]) -> Cow<'_, [u8]> {
+    if !raw.contains(&b'%') {
+        return Cow::Borrowed(raw);
+    }
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'%' && i + 2 < raw.len() {
+            if let (Some(h), Some(l)) = (hex(raw[i + 1]), hex(raw[i + 2])) {
+                out.push(h << 4 | l);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(raw[i]);
+        i += 1;
+    }
+    Cow::Owned(out)
+}
+
+/// The per-server parts of every scope, built once when the server starts.
+pub struct ScopeBase {
+    pub server: Py<PyAny>,
+    pub scheme: Py<PyString>,
+    pub root_path: Py<PyString>,
+    pub root_path_bytes: Vec<u8>,
+    pub state: Option<Py<PyDict>>,
+}
+
+/// What the connection keeps of a request for its own use (access log, framing).
+pub struct RequestFacts {
+    pub method: Py<PyString>,
+    pub path: Py<PyString>,
+    pub query: Vec<u8>,
+}
+
+/// Builds the http scope of `head` (whose ranges index `buf`).
+pub fn build_scope<'py>(
+    py: Python<'py>,
+    base: &ScopeBase,
+    buf: &[u8],
+    head: &Head,
+    client: &Py<PyAny>,
+) -> PyResult<(Bound<'py, PyDict>, RequestFacts)> {
+    let scope = PyDict::new(py);
+    scope.set_item(intern!(py, "type"), intern!(py, "http"))?;
+    let asgi = PyDict::new(py);
+    asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
+    asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.4"))?;
+    scope.set_item(intern!(py, "asgi"), asgi)?;
+    let version = match head.version {
+        Version::Http10 => intern!(py, "1.0"),
+        Version::Http11 => intern!(py, "1.1"),
+    };
+    scope.set_item(intern!(py, "http_version"), version)?;
+    scope.set_item(intern!(py, "server"), base.server.bind(py))?;
+    scope.set_item(intern!(py, "client"), client.bind(py))?;
+    scope.set_item(intern!(py, "scheme"), base.scheme.bind(py))?;
+    let method = method_str(py, &buf[head.method.clone()]);
+    scope.set_item(intern!(py, "method"), &method)?;
+    scope.set_item(intern!(py, "root_path"), base.root_path.bind(py))?;
+
+    // As uvicorn: `path` and `raw_path` carry the root path in front of the request's path.
+    let raw_path = &buf[head.path.clone()];
+    let decoded = percent_decode(raw_path);
+    let path_text = String::from_utf8_lossy(&decoded);
+    let path = if base.root_path_bytes.is_empty() {
+        PyString::new(py, &path_text)
+    } else {
+        let root = base.root_path.bind(py).to_str()?;
+        PyString::new(py, &format!("{root}{path_text}"))
+    };
+    scope.set_item(intern!(py, "path"), &path)?;
+    let raw = if base.root_path_bytes.is_empty() {
+        PyBytes::new(py, raw_path)
+    } else {
+        PyBytes::new_with(py, base.root_path_bytes.len() + raw_path.len(), |b| {
+            b[..base.root_path_bytes.len()].copy_from_slice(&base.root_path_bytes);
+            b[base.root_path_bytes.len()..].copy_from_slice(raw_path);
+            Ok(())
+        })?
+    };
+    scope.set_item(intern!(py, "raw_path"), raw)?;
+    let query = &buf[head.query.clone()];
+    scope.set_item(intern!(py, "query_string"), PyBytes::new(py, query))?;
+
+    let headers = PyList::empty(py);
+    for (name, value) in &head.headers {
+        let pair = PyTuple::new(
+            py,
+            [
+                header_name(py, &buf[name.clone()]).into_any(),
+                PyBytes::new(py, &buf[value.clone()]).into_any(),
+            ],
+        )?;
+        headers.append(pair)?;
+    }
+    scope.set_item(intern!(py, "headers"), headers)?;
+    if let Some(state) = &base.state {
+        scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
+    }
+    let extensions = PyDict::new(py);
+    extensions.set_item(intern!(py, "http.response.trailers"), PyDict::new(py))?;
+    extensions.set_item(intern!(py, "http.response.pathsend"), PyDict::new(py))?;
+    extensions.set_item(intern!(py, "http.response.zerocopysend"), PyDict::new(py))?;
+    scope.set_item(intern!(py, "extensions"), extensions)?;
+    let facts = RequestFacts {
+        method: method.unbind(),
+        path: path.unbind(),
+        query: query.to_vec(),
+    };
+    Ok((scope, facts))
+}
+
+/// `{"type": "http.request", "body": body, "more_body": more}`.
+pub fn request_message<'py>(
+    py: Python<'py>,
+    body: Bound<'py, PyBytes>,
+    more: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let msg = PyDict::new(py);
+    msg.set_item(intern!(py, "type"), intern!(py, "http.request"))?;
+    msg.set_item(intern!(py, "body"), body)?;
+    msg.set_item(intern!(py, "more_body"), more)?;
+    Ok(msg)
+}
+
+/// `{"type": "http.disconnect"}`.
+pub fn disconnect_message(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let msg = PyDict::new(py);
+    msg.set_item(intern!(py, "type"), intern!(py, "http.disconnect"))?;
+    Ok(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn percent_decoding_keeps_invalid_escapes() {
+        assert_eq!(&*percent_decode(b"/a%20b"), b"/a b");
+        assert_eq!(&*percent_decode(b"/%zz%4"), b"/%zz%4");
+        assert_eq!(&*percent_decode(b"/%C3%A9"), "/é".as_bytes());
+        assert_eq!(&*percent_decode(b"/plain"), b"/plain");
+        assert_eq!(&*percent_decode(b"%"), b"%");
+    }
+}
