@@ -6,6 +6,7 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
 STAMP   := $(VENV)/.installed
+FUZZ_SECONDS ?= 60
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
@@ -64,8 +65,9 @@ bench: build ## Loop benchmarks against asyncio, uvloop and rloop (tables + PNG 
 	$(PIP) install -q uvloop rloop matplotlib
 	$(PY) benchmarks/loop/run.py
 
-fuzz: ## Fuzz targets arrive with the HTTP parser (issue 4); nothing to fuzz in the loop core yet
-	@echo "no parsers yet: the loop core has no untrusted-input parser to fuzz"
+fuzz: ## Run each cargo-fuzz target for FUZZ_SECONDS (default 60); needs nightly and cargo-fuzz
+	cd fuzz && for t in parse_head chunked_body; do \
+		cargo +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
 
 clean: ## Remove build outputs and the venv
 	cargo clean
