@@ -11,7 +11,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv build run test test-rust test-python test-cpython record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
+.PHONY: help venv build run bench-http test test-rust test-python test-cpython record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -19,7 +19,7 @@ help: ## List the targets
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" ruff mypy
+	$(PIP) install -q "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" ruff mypy httpx fastapi starlette
 	touch $(STAMP)
 
 venv: $(STAMP) ## Create .venv with the build and test tools
@@ -64,6 +64,11 @@ fmt: $(STAMP) ## Format Rust and Python sources
 bench: build ## Loop benchmarks against asyncio, uvloop and rloop (tables + PNG in benchmarks/results)
 	$(PIP) install -q uvloop rloop matplotlib
 	$(PY) benchmarks/loop/run.py
+
+bench-http: build ## HTTP server benchmarks against granian, uvicorn, hypercorn (tables + PNG in benchmarks/results)
+	@command -v wrk >/dev/null || { echo "wrk not found: apt-get install -y wrk"; exit 1; }
+	$(PIP) install -q granian uvicorn httptools uvloop hypercorn fastapi matplotlib
+	$(PY) benchmarks/http/run.py
 
 fuzz: ## Run each cargo-fuzz target for FUZZ_SECONDS (default 60); needs nightly and cargo-fuzz
 	cd fuzz && for t in parse_head chunked_body; do \

@@ -1,0 +1,424 @@
+"""A plain ASGI 3 app (no framework) with one endpoint per behaviour the server tests probe.
+
+Results that a test cannot see in the response itself (a disconnect the app observed, how far
+a stream got before the client stopped reading) are kept in this process and read back through
+``/result?key=...`` on a new connection; tests use a fresh key each time.
+
+Lifespan: startup puts ``{"token": "lifespan-state-ok"}`` into the state; if the environment
+names ``FERROLOOP_TEST_MARKER_DIR``, startup and shutdown each write a file there.
+
+Other entry points: ``create_app`` (for ``--factory``), ``no_lifespan_app`` (raises on a
+lifespan scope, as apps without lifespan support do), ``failing_startup_app`` (answers the
+startup event with ``lifespan.startup.failed``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+RESULTS: dict[str, Any] = {}
+RELEASED: set[str] = set()
+
+CHUNK = 65536
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("latin-1")
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return repr(value)
+
+
+def _query(scope: dict[str, Any]) -> dict[str, str]:
+    return dict(parse_qsl(scope["query_string"].decode("latin-1")))
+
+
+def _marker(name: str) -> None:
+    directory = os.environ.get("FERROLOOP_TEST_MARKER_DIR")
+    if directory:
+        Path(directory, name).write_text(str(os.getpid()))
+
+
+async def _respond(
+    send: Any,
+    body: bytes,
+    status: int = 200,
+    content_type: bytes = b"text/plain",
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _json(send: Any, value: Any, status: int = 200) -> None:
+    await _respond(send, json.dumps(value).encode(), status, b"application/json")
+
+
+async def _read_body(receive: Any) -> tuple[bytes, list[str]]:
+    """The whole request body, and the types of the messages that carried it."""
+    body = bytearray()
+    types: list[str] = []
+    while True:
+        message = await receive()
+        types.append(message["type"])
+        if message["type"] != "http.request":
+            return bytes(body), types
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            return bytes(body), types
+
+
+async def lifespan(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            if "state" in scope:
+                scope["state"]["token"] = "lifespan-state-ok"
+            _marker("startup")
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            _marker("shutdown")
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+# ----------------------------------------------------------------------------- endpoints
+
+
+async def hello(scope: Any, receive: Any, send: Any) -> None:
+    await _respond(send, b"hello, world")
+
+
+async def echo(scope: Any, receive: Any, send: Any) -> None:
+    body, types = await _read_body(receive)
+    await _respond(send, body, headers=[(b"x-receive-count", str(len(types)).encode())])
+
+
+async def digest(scope: Any, receive: Any, send: Any) -> None:
+    """Consume the body slowly (a pause every few messages); report its length and sha256."""
+    sha = hashlib.sha256()
+    length = 0
+    messages = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        chunk = message.get("body", b"")
+        sha.update(chunk)
+        length += len(chunk)
+        messages += 1
+        if messages % 8 == 0:
+            await asyncio.sleep(0.001)
+        if not message.get("more_body", False):
+            break
+    await _json(send, {"length": length, "sha256": sha.hexdigest()})
+
+
+async def dump_scope(scope: Any, receive: Any, send: Any) -> None:
+    """The scope as JSON (bytes decoded as latin-1), plus the Python types JSON loses."""
+    await _read_body(receive)
+    dumped = _jsonable(scope)
+    dumped["_types"] = {
+        "headers": type(scope["headers"]).__name__,
+        "header_items": sorted(
+            {f"{type(k).__name__},{type(v).__name__}" for k, v in scope["headers"]}
+        ),
+        "raw_path": type(scope.get("raw_path")).__name__,
+        "query_string": type(scope["query_string"]).__name__,
+        "client": type(scope.get("client")).__name__,
+        "server": type(scope.get("server")).__name__,
+    }
+    await _json(send, dumped)
+
+
+async def mutate_state(scope: Any, receive: Any, send: Any) -> None:
+    """Report the state this request saw, then scribble on it (must not leak to others)."""
+    seen = _jsonable(dict(scope.get("state", {})))
+    scope.get("state", {})["scribbled"] = "by an earlier request"
+    await _json(send, seen)
+
+
+async def chunked_response(scope: Any, receive: Any, send: Any) -> None:
+    parts = int(_query(scope).get("parts", "3"))
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    for index in range(parts):
+        body = f"part {index}\n".encode()
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def single_body_no_length(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"one body, no length"})
+
+
+async def respond_without_reading(scope: Any, receive: Any, send: Any) -> None:
+    await _respond(send, b"did not read the body")
+
+
+async def raise_before_start(scope: Any, receive: Any, send: Any) -> None:
+    key = _query(scope).get("key", "")
+    raise RuntimeError(f"deliberate failure before the response started {key}")
+
+
+async def raise_after_start(scope: Any, receive: Any, send: Any) -> None:
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"100")]}
+    )
+    await send({"type": "http.response.body", "body": b"0123456789", "more_body": True})
+    raise RuntimeError("deliberate failure after the response started")
+
+
+async def raise_after_start_chunked(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"0123456789", "more_body": True})
+    raise RuntimeError("deliberate failure after the response started")
+
+
+async def no_response(scope: Any, receive: Any, send: Any) -> None:
+    await _read_body(receive)
+
+
+async def incomplete_response(scope: Any, receive: Any, send: Any) -> None:
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"100")]}
+    )
+    await send({"type": "http.response.body", "body": b"0123456789", "more_body": True})
+
+
+async def record_disconnect(scope: Any, receive: Any, send: Any) -> None:
+    """Receive until something other than a body part arrives; record what and how much."""
+    key = _query(scope)["key"]
+    RESULTS[key + ":started"] = True
+    received = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            RESULTS[key] = {"type": message["type"], "received": received}
+            return
+        received += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            # The body is complete; the next receive() waits for the disconnect.
+            RESULTS[key + ":complete"] = received
+
+
+async def result(scope: Any, receive: Any, send: Any) -> None:
+    key = _query(scope)["key"]
+    if key in RESULTS:
+        await _json(send, RESULTS[key])
+    else:
+        await _json(send, None, status=404)
+
+
+async def stream(scope: Any, receive: Any, send: Any) -> None:
+    """``size`` pseudo-random bytes in CHUNK parts; the sha256 is sent in a header up front."""
+    size = int(_query(scope)["size"])
+    rng = random.Random(size)
+    chunks = []
+    remaining = size
+    while remaining > 0:
+        chunks.append(rng.randbytes(min(CHUNK, remaining)))
+        remaining -= len(chunks[-1])
+    sha = hashlib.sha256(b"".join(chunks)).hexdigest().encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-length", str(size).encode()), (b"x-sha256", sha)],
+        }
+    )
+    for chunk in chunks:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def stream_unbounded(scope: Any, receive: Any, send: Any) -> None:
+    """Send up to ``total`` bytes as fast as send() lets us; RESULTS[key] counts them."""
+    query = _query(scope)
+    key, total = query["key"], int(query["total"])
+    RESULTS[key] = 0
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    chunk = b"x" * CHUNK
+    try:
+        while RESULTS[key] < total:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            RESULTS[key] += len(chunk)
+        await send({"type": "http.response.body", "body": b""})
+    except OSError:
+        pass  # ASGI 2.4: send() may raise once the client is gone
+
+
+async def hold_upload(scope: Any, receive: Any, send: Any) -> None:
+    """Do not call receive() until /release?key=... was requested; then digest the body."""
+    key = _query(scope)["key"]
+    RESULTS[key] = "holding"
+    while key not in RELEASED:
+        await asyncio.sleep(0.01)
+    await digest(scope, receive, send)
+
+
+async def release(scope: Any, receive: Any, send: Any) -> None:
+    RELEASED.add(_query(scope)["key"])
+    await _respond(send, b"released")
+
+
+async def slow(scope: Any, receive: Any, send: Any) -> None:
+    """Start a chunked response, then finish it once the file ``release`` exists."""
+    release_file = Path(_query(scope)["release"])
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"started\n", "more_body": True})
+    for _ in range(3000):
+        if release_file.exists():
+            break
+        await asyncio.sleep(0.01)
+    await send({"type": "http.response.body", "body": b"finished\n"})
+
+
+async def pid(scope: Any, receive: Any, send: Any) -> None:
+    await _json(send, {"pid": os.getpid(), "ppid": os.getppid()})
+
+
+async def pathsend(scope: Any, receive: Any, send: Any) -> None:
+    path = _query(scope)["path"]
+    size = os.path.getsize(path)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-length", str(size).encode())],
+        }
+    )
+    await send({"type": "http.response.pathsend", "path": path})
+
+
+async def zerocopysend(scope: Any, receive: Any, send: Any) -> None:
+    query = _query(scope)
+    offset, count = int(query["offset"]), int(query["count"])
+    with open(query["path"], "rb") as file:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-length", str(count).encode())],
+            }
+        )
+        await send(
+            {"type": "http.response.zerocopysend", "file": file, "offset": offset, "count": count}
+        )
+
+
+async def trailers(scope: Any, receive: Any, send: Any) -> None:
+    parts = [b"first part\n", b"second part\n"]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"trailer", b"x-digest")],
+            "trailers": True,
+        }
+    )
+    for part in parts:
+        await send({"type": "http.response.body", "body": part, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    digest = hashlib.sha256(b"".join(parts)).hexdigest().encode()
+    await send(
+        {
+            "type": "http.response.trailers",
+            "headers": [(b"x-digest", digest)],
+            "more_trailers": False,
+        }
+    )
+
+
+ROUTES = {
+    "/": hello,
+    "/hello": hello,
+    "/echo": echo,
+    "/digest": digest,
+    "/scope": dump_scope,
+    "/mutate-state": mutate_state,
+    "/chunked-response": chunked_response,
+    "/no-length": single_body_no_length,
+    "/respond-without-reading": respond_without_reading,
+    "/raise-before-start": raise_before_start,
+    "/raise-after-start": raise_after_start,
+    "/raise-after-start-chunked": raise_after_start_chunked,
+    "/no-response": no_response,
+    "/incomplete-response": incomplete_response,
+    "/record-disconnect": record_disconnect,
+    "/result": result,
+    "/stream": stream,
+    "/stream-unbounded": stream_unbounded,
+    "/hold-upload": hold_upload,
+    "/release": release,
+    "/slow": slow,
+    "/pid": pid,
+    "/pathsend": pathsend,
+    "/zerocopysend": zerocopysend,
+    "/trailers": trailers,
+}
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        await lifespan(scope, receive, send)
+        return
+    assert scope["type"] == "http", scope["type"]
+    path = scope["path"]
+    root_path = scope.get("root_path", "")
+    if root_path and path.startswith(root_path):
+        path = path[len(root_path) :] or "/"
+    handler = ROUTES.get(path, dump_scope if path.startswith("/scope/") else None)
+    if handler is None:
+        await _respond(send, b"not found", status=404)
+        return
+    await handler(scope, receive, send)
+
+
+def create_app() -> Any:
+    """An app factory (``--factory``): the same app, with a header saying where it came from."""
+
+    async def made_by_factory(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/factory":
+            await _respond(send, b"made by the factory")
+            return
+        await app(scope, receive, send)
+
+    return made_by_factory
+
+
+async def no_lifespan_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        raise RuntimeError(f"this app does not support {scope['type']!r} scopes")
+    await app(scope, receive, send)
+
+
+async def failing_startup_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        message = await receive()
+        assert message["type"] == "lifespan.startup"
+        await send({"type": "lifespan.startup.failed", "message": "deliberate startup failure"})
+        return
+    await app(scope, receive, send)

@@ -1,0 +1,81 @@
+"""Command-line options that change how the app is found and served, and the access log."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+
+
+def test_asgi2_class_app_is_detected_and_wrapped(serve, connect):
+    server = serve("asgi2_app:App")
+    response = connect(server).request("POST", "/some/path", body=b"ignored")
+    assert (response.status, response.body) == (200, b"asgi2 POST /some/path")
+
+
+def test_factory_option_calls_the_factory(serve, connect):
+    server = serve("raw_asgi:create_app", "--factory")
+    connection = connect(server)
+    assert connection.request("GET", "/factory").body == b"made by the factory"
+    assert connection.request("GET", "/hello").body == b"hello, world"
+
+
+def test_unix_domain_socket(spawn_server, connect, tmp_path):
+    path = str(tmp_path / "server.sock")
+    server = spawn_server("raw_asgi:app", "--uds", path)
+    connection = connect(server)
+    response = connection.request("POST", "/echo", body=b"over a unix socket")
+    assert (response.status, response.body) == (200, b"over a unix socket")
+    assert connection.request("GET", "/hello").body == b"hello, world"
+
+
+def test_unix_domain_socket_through_httpx(spawn_server, tmp_path):
+    path = str(tmp_path / "server.sock")
+    server = spawn_server("raw_asgi:app", "--uds", path)
+    with httpx.Client(transport=httpx.HTTPTransport(uds=path), timeout=10) as client:
+        response = client.get("http://localhost/hello")
+    assert response.text == "hello, world"
+    assert server.proc.poll() is None
+
+
+def test_access_log_line_per_request_by_default(serve, connect):
+    server = serve("raw_asgi:app")
+    path = f"/scope/access-log-{uuid.uuid4().hex}"
+    assert connect(server).request("GET", path).status == 200
+    output = server.wait_for_output(path)
+    line = next(line for line in output.splitlines() if path in line)
+    assert "GET" in line
+    assert "200" in line.split(path, 1)[1]
+
+
+def test_no_access_log_option(serve, connect):
+    server = serve("raw_asgi:app", "--no-access-log")
+    path = f"/scope/access-log-{uuid.uuid4().hex}"
+    assert connect(server).request("GET", path).status == 200
+    # A later request that logs (its traceback) shows the output is flushed up to here.
+    key = uuid.uuid4().hex
+    assert connect(server).request("GET", f"/raise-before-start?key={key}").status == 500
+    output = server.wait_for_output(key)
+    assert path not in output
+
+
+@pytest.mark.parametrize("client", ["http.client", "httpx"])
+def test_independent_clients_get_the_same_answers(serve, client):
+    server = serve("raw_asgi:app")
+    if client == "httpx":
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            responses = [http.post("/echo", content=b"posted"), http.get("/chunked-response")]
+            bodies = [r.content for r in responses]
+    else:
+        import http.client
+
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        try:
+            connection.request("POST", "/echo", body=b"posted")
+            bodies = [connection.getresponse().read()]
+            connection.request("GET", "/chunked-response")
+            bodies.append(connection.getresponse().read())
+        finally:
+            connection.close()
+    assert bodies == [b"posted", b"part 0\npart 1\npart 2\n"]

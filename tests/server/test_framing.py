@@ -1,0 +1,131 @@
+"""Strict framing: a request whose length is ambiguous or malformed is rejected and the
+connection closed (RFC 9112 sections 6.1 and 6.3, and 5.1/5.2 for header field syntax), so
+that no front proxy and this server can disagree about where a request ends.
+
+Each case is sent in one write and, to show the server does not read past the error, is
+followed by a well-formed request that must not be answered.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+HOST = b"Host: test\r\n"
+TRAILING_REQUEST = b"GET /hello HTTP/1.1\r\nHost: test\r\n\r\n"
+
+ferroloop_only = pytest.mark.ferroloop_only
+
+CASES = [
+    pytest.param(
+        b"POST /echo HTTP/1.1\r\n"
+        + HOST
+        + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        {400},
+        id="content-length-and-transfer-encoding",
+        marks=ferroloop_only(reason="h11 lets Transfer-Encoding win (RFC 9112 allows it)"),
+    ),
+    pytest.param(
+        b"POST /echo HTTP/1.1\r\n" + HOST + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+        {400},
+        id="two-differing-content-lengths",
+    ),
+    pytest.param(
+        b"POST /echo HTTP/1.1\r\n" + HOST + b"Content-Length: 5, 6\r\n\r\nhello!",
+        {400},
+        id="differing-content-length-list",
+    ),
+    pytest.param(
+        b"POST /echo HTTP/1.1\r\n" + HOST + b"Content-Length: -5\r\n\r\nhello",
+        {400},
+        id="negative-content-length",
+    ),
+    pytest.param(
+        b"POST /echo HTTP/1.1\r\n" + HOST + b"Content-Length: five\r\n\r\nhello",
+        {400},
+        id="non-numeric-content-length",
+    ),
+    pytest.param(
+        b"POST /echo HTTP/1.1\r\n"
+        + HOST
+        + b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        {400},
+        id="bad-chunk-size",
+    ),
+    pytest.param(
+        b"POST /echo HTTP/1.1\r\n"
+        + HOST
+        + b"Transfer-Encoding: chunked\r\n\r\n10000000000000000000\r\nhello\r\n0\r\n\r\n",
+        {400},
+        id="chunk-size-overflow",
+        marks=ferroloop_only(
+            reason="h11 parses any number of hex digits and waits for 2**76 bytes"
+        ),
+    ),
+    pytest.param(
+        b"POST /echo HTTP/1.1\r\n"
+        + HOST
+        + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n",
+        {400},
+        id="chunk-data-longer-than-its-size",
+    ),
+    pytest.param(
+        b"GET /hello HTTP/1.1\r\n" + HOST + b"X-Folded: first\r\n  continued\r\n\r\n",
+        {400},
+        id="obs-fold",
+        marks=ferroloop_only(reason="h11 unfolds obs-fold lines (RFC 9112 allows it)"),
+    ),
+    pytest.param(
+        b"POST /echo HTTP/1.1\r\n"
+        + HOST
+        + b"Transfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        {501},
+        id="unsupported-transfer-coding",
+        marks=ferroloop_only(reason="uvicorn answers 400 to every parse error"),
+    ),
+    pytest.param(
+        # chunked is not the final coding: RFC 9112 6.3 says 400, 6.1 allows 501.
+        b"POST /echo HTTP/1.1\r\n" + HOST + b"Transfer-Encoding: gzip\r\n\r\nhello",
+        {400, 501},
+        id="transfer-encoding-without-chunked",
+    ),
+    pytest.param(b"HELLO\r\n\r\n", {400}, id="garbage-request-line"),
+    pytest.param(b"GET /hello HTTP/1.1 extra\r\n" + HOST + b"\r\n", {400}, id="extra-token"),
+    pytest.param(
+        b"GET /hello HTTP/1.1\r\n" + HOST + b"Bad Header: x\r\n\r\n",
+        {400},
+        id="space-in-header-name",
+    ),
+    pytest.param(
+        b"GET /hello HTTP/1.1\r\n" + HOST + b"X-Name : x\r\n\r\n",
+        {400},
+        id="space-before-colon",
+    ),
+    pytest.param(
+        b"GET /hello HTTP/1.1\r\n" + HOST + b"no colon here\r\n\r\n",
+        {400},
+        id="header-line-without-colon",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def server(serve):
+    return serve("raw_asgi:app")
+
+
+@pytest.mark.parametrize(("data", "statuses"), CASES)
+def test_malformed_request_is_rejected_and_the_connection_closed(server, connect, data, statuses):
+    connection = connect(server)
+    connection.send(data + TRAILING_REQUEST)
+    response = connection.read_response()
+    assert response.status in statuses, response
+    rest = connection.read_until_close()
+    assert connection.eof
+    assert b"hello, world" not in response.body + rest, "the trailing request was answered"
+
+
+def test_server_keeps_serving_after_a_rejected_request(server, connect):
+    bad = connect(server)
+    bad.send(b"HELLO\r\n\r\n")
+    assert bad.read_response().status == 400
+    assert connect(server).request("GET", "/hello").body == b"hello, world"

@@ -1,0 +1,138 @@
+"""Limits: header section size and count (431), URI length (414), body size (413), header-read
+timeout (slowloris) and keep-alive timeout (in test_connection.py).
+
+The options --limit-header-size, --limit-headers, --limit-uri, --limit-body and
+--timeout-header are ferroloop's own (uvicorn has none of them), so those tests are
+ferroloop-only; the defaults are tested on both servers where uvicorn agrees.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+ferroloop_only = pytest.mark.ferroloop_only
+
+
+def assert_rejected(connection, statuses: set[int]) -> None:
+    response = connection.read_response()
+    assert response.status in statuses, response
+    assert connection.closed_by_peer()
+
+
+@ferroloop_only(reason="--limit-header-size is a ferroloop option")
+def test_header_section_over_the_limit_gets_431(serve, connect):
+    server = serve("raw_asgi:app", "--limit-header-size", "1024")
+    ok = connect(server).request("GET", "/hello", headers=[("X-Filler", "a" * 600)])
+    assert ok.status == 200
+    connection = connect(server)
+    connection.send(
+        b"GET /hello HTTP/1.1\r\nHost: t\r\nX-Filler: " + b"a" * 2000 + b"\r\n\r\n",
+        allow_reset=True,
+    )
+    assert_rejected(connection, {431})
+
+
+@ferroloop_only(reason="--limit-header-size is a ferroloop option")
+def test_header_section_over_the_limit_is_rejected_before_it_ends(serve, connect):
+    # The server must not buffer an endless head: it answers without seeing its end.
+    server = serve("raw_asgi:app", "--limit-header-size", "1024")
+    connection = connect(server)
+    connection.send(b"GET /hello HTTP/1.1\r\nHost: t\r\nX-Filler: " + b"a" * 4000, allow_reset=True)
+    assert_rejected(connection, {431})
+
+
+def test_huge_header_section_is_rejected_by_default(serve, connect):
+    # ferroloop answers 431 (tested above); h11 under uvicorn answers 400.
+    server = serve("raw_asgi:app")
+    connection = connect(server)
+    connection.send(
+        b"GET /hello HTTP/1.1\r\nHost: t\r\nX-Filler: " + b"a" * 1_000_000 + b"\r\n\r\n",
+        allow_reset=True,
+    )
+    assert_rejected(connection, {400, 431})
+
+
+@ferroloop_only(reason="--limit-headers is a ferroloop option")
+def test_too_many_headers_gets_431(serve, connect):
+    server = serve("raw_asgi:app", "--limit-headers", "10")
+    few = [(f"X-H{index}", "v") for index in range(5)]
+    assert connect(server).request("GET", "/hello", headers=few).status == 200
+    many = [(f"X-H{index}", "v") for index in range(20)]
+    connection = connect(server)
+    connection.send(
+        b"GET /hello HTTP/1.1\r\nHost: t\r\n"
+        + b"".join(f"{k}: {v}\r\n".encode() for k, v in many)
+        + b"\r\n"
+    )
+    assert_rejected(connection, {431})
+
+
+@ferroloop_only(reason="--limit-uri is a ferroloop option")
+def test_uri_over_the_limit_gets_414(serve, connect):
+    server = serve("raw_asgi:app", "--limit-uri", "256")
+    assert connect(server).request("GET", "/hello?" + "q" * 200).status == 200
+    connection = connect(server)
+    connection.send(b"GET /hello?" + b"q" * 300 + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert_rejected(connection, {414})
+
+
+@ferroloop_only(reason="--limit-body is a ferroloop option")
+def test_content_length_over_the_body_limit_gets_413(serve, connect):
+    server = serve("raw_asgi:app", "--limit-body", "1000")
+    assert connect(server).request("POST", "/echo", body=b"b" * 1000).body == b"b" * 1000
+    connection = connect(server)
+    # Declared too large: rejected from the head alone, before any body byte is sent.
+    connection.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1001\r\n\r\n")
+    assert_rejected(connection, {413})
+
+
+@ferroloop_only(reason="--limit-body is a ferroloop option")
+def test_chunked_body_over_the_body_limit_gets_413(serve, connect):
+    server = serve("raw_asgi:app", "--limit-body", "1000")
+    connection = connect(server)
+    connection.send(
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"".join(b"64\r\n" + b"c" * 100 + b"\r\n" for _ in range(20))
+        + b"0\r\n\r\n",
+        allow_reset=True,
+    )
+    assert_rejected(connection, {413})
+
+
+@ferroloop_only(reason="--timeout-header is a ferroloop option")
+def test_half_sent_head_is_cut_off_by_the_header_timeout(serve, connect):
+    server = serve("raw_asgi:app", "--timeout-header", "1")
+    connection = connect(server)
+    connection.send(b"GET /hello HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+    data = connection.read_until_close()  # bounded by IO_TIMEOUT
+    assert connection.eof
+    assert data == b"" or data.startswith(b"HTTP/1.1 408 "), data
+
+
+@ferroloop_only(reason="--timeout-header is a ferroloop option")
+def test_trickled_head_is_cut_off_by_the_header_timeout(serve, connect):
+    """The header timeout bounds the whole head, not the gap between two bytes."""
+    server = serve("raw_asgi:app", "--timeout-header", "1")
+    connection = connect(server)
+    connection.send(b"GET /hello HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+    deadline = time.monotonic() + 8  # eight times the timeout: only a bound on waiting
+    while time.monotonic() < deadline:
+        try:
+            connection.send(b"a")
+        except (BrokenPipeError, ConnectionResetError):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the server kept reading a head that never ends")
+
+
+@ferroloop_only(reason="--timeout-header is a ferroloop option")
+def test_header_timeout_stops_once_the_head_is_complete(serve, connect):
+    server = serve("raw_asgi:app", "--timeout-header", "1", "--timeout-keep-alive", "30")
+    connection = connect(server)
+    connection.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nab")
+    time.sleep(1.5)  # longer than the header timeout: the body is not the head
+    connection.send(b"cd")
+    assert connection.read_response().body == b"abcd"

@@ -1,0 +1,59 @@
+"""Graceful shutdown on SIGTERM: in-flight requests finish, idle keep-alive connections are
+closed, no new connection is served, and the process exits cleanly."""
+
+from __future__ import annotations
+
+import signal
+import socket
+
+import pytest
+
+
+def test_sigterm_lets_the_in_flight_request_finish_then_exits(spawn_server, connect, tmp_path):
+    server = spawn_server(
+        "raw_asgi:app", "--timeout-keep-alive", "60", "--timeout-graceful-shutdown", "30"
+    )
+    release = tmp_path / "release"
+    idle = connect(server)
+    assert idle.request("GET", "/hello").status == 200  # now idle, kept alive for 60 s
+
+    busy = connect(server)
+    busy.send(f"GET /slow?release={release} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    assert busy.read_head().status == 200
+    assert busy.read_line() is not None  # the size line of the first chunk: the app is running
+
+    server.proc.send_signal(signal.SIGTERM)
+    # The idle connection is closed by the shutdown (its keep-alive timeout is far away).
+    assert idle.closed_by_peer()
+    # A connection attempted now is refused, or never answered.
+    late = server.try_connect()
+    if late is not None:
+        late.settimeout(10)
+        late.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+    # The in-flight request holds the process up until it completes.
+    assert server.proc.poll() is None
+    release.touch()
+    rest = busy.read_until_close()
+    assert b"finished\n" in rest
+    assert rest.endswith(b"0\r\n\r\n"), rest
+    server.assert_exits_cleanly()
+    if late is not None:
+        try:
+            assert late.recv(1024) == b"", "a connection made during shutdown was served"
+        except ConnectionResetError:
+            pass
+        finally:
+            late.close()
+
+
+def test_sigterm_with_only_idle_connections_exits(spawn_server, connect):
+    server = spawn_server("raw_asgi:app", "--timeout-keep-alive", "60")
+    idle = [connect(server) for _ in range(3)]
+    for connection in idle:
+        assert connection.request("GET", "/hello").status == 200
+    server.proc.send_signal(signal.SIGTERM)
+    for connection in idle:
+        assert connection.closed_by_peer()
+    server.assert_exits_cleanly()
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", server.port), 2):
+        pass

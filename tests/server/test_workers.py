@@ -1,0 +1,57 @@
+"""--workers: requests are served by worker processes, children of the process started; a
+worker killed with SIGKILL is replaced and requests keep succeeding."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+
+def pid_of_a_worker(http_request, server) -> dict[str, int]:
+    response = http_request(server, "GET", "/pid", headers=[("Connection", "close")])
+    assert response.status == 200
+    return json.loads(response.body)
+
+
+def is_gone(pid: int) -> bool:
+    """True once ``pid`` has exited (reaped or a zombie)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+@pytest.fixture
+def workers(spawn_server):
+    return spawn_server("raw_asgi:app", "--workers", "2")
+
+
+def test_requests_are_served_by_child_processes(workers, http_request):
+    seen = [pid_of_a_worker(http_request, workers) for _ in range(20)]
+    assert all(entry["pid"] != workers.proc.pid for entry in seen)
+    assert all(entry["ppid"] == workers.proc.pid for entry in seen)
+
+
+def test_killed_worker_is_replaced(workers, http_request, wait_until):
+    first = pid_of_a_worker(http_request, workers)["pid"]
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: is_gone(first), f"worker {first} to die")
+
+    served_by: set[int] = set()
+
+    def a_new_worker_serves() -> bool:
+        entry = pid_of_a_worker(http_request, workers)  # every request must succeed
+        assert entry["pid"] != first, "the killed worker answered"
+        assert entry["ppid"] == workers.proc.pid
+        served_by.add(entry["pid"])
+        return len(served_by) == 2
+
+    wait_until(a_new_worker_serves, "requests to reach two live workers", timeout=20)
+    for _ in range(10):
+        assert pid_of_a_worker(http_request, workers)["pid"] in served_by
+    assert workers.proc.poll() is None
