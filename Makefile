@@ -11,7 +11,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv build run bench-http test test-rust test-python test-cpython record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
+.PHONY: help venv build run run-echo bench-http test test-rust test-python test-cpython record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -27,7 +27,10 @@ venv: $(STAMP) ## Create .venv with the build and test tools
 build: $(STAMP) ## Build the extension (release) and install ferroloop into .venv
 	$(VENV)/bin/maturin develop --release -q
 
-run: build ## The main job: an echo server and 64 clients on ferroloop (examples/echo.py)
+run: build ## The main job: serve examples/app.py with the ferroloop server on http://127.0.0.1:8000
+	$(PY) -m ferroloop app:app --app-dir examples --host 127.0.0.1 --port $${PORT:-8000}
+
+run-echo: build ## The loop demo: an echo server and 64 clients on ferroloop (examples/echo.py)
 	$(PY) examples/echo.py
 
 test: build test-rust test-cpython test-python ## The whole test suite: Rust units, our tests, CPython's asyncio suite

@@ -1,24 +1,43 @@
-"""ferroloop: an asyncio event loop with a Rust core.
+"""ferroloop: an asyncio event loop with a Rust core, and an ASGI server on it.
 
 import ferroloop
 ferroloop.run(main())                       # like asyncio.run
 asyncio.run(main(), loop_factory=ferroloop.new_event_loop)   # Python 3.12+
 ferroloop.install()                         # make it asyncio's default loop
+ferroloop.serve(app, port=8000)             # serve an ASGI app (or: ferroloop module:app)
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from ._loop import Loop, new_event_loop
 from ._native import Handle, TimerHandle, __version__
 from ._runner import EventLoopPolicy, install, run
 
+if TYPE_CHECKING:
+    from .server import Config, Server, serve
+
 __all__ = [
+    "Config",
     "EventLoopPolicy",
     "Handle",
     "Loop",
+    "Server",
     "TimerHandle",
     "__version__",
     "install",
     "new_event_loop",
     "run",
+    "serve",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The server's modules (logging.config, ipaddress...) load only when asked for, so that
+    # `import ferroloop` stays as light as the loop alone.
+    if name in ("Config", "Server", "serve"):
+        from . import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module 'ferroloop' has no attribute {name!r}")

@@ -103,11 +103,11 @@ const HEAD_TOO_LARGE: HttpError = HttpError::new(
 );
 const TOO_MANY_HEADERS: HttpError = HttpError::new(
     431,
-    "more header fields than max_headers (default 100); raise --limit-header-count",
+    "more header fields than max_headers (default 100); raise --limit-headers",
 );
 const URI_TOO_LONG: HttpError = HttpError::new(
     414,
-    "request-target longer than max_uri_bytes (default 8192); raise --limit-uri-size",
+    "request-target longer than max_uri_bytes (default 8192); raise --limit-uri",
 );
 const BAD_VERSION: HttpError = HttpError::new(
     505,

@@ -313,10 +313,6 @@ impl Conn {
             }
             return Ok(None);
         }
-        if server.shutting_down(py) {
-            fx.close = true;
-            return Ok(None);
-        }
         let ConnState {
             rbuf, rpos, head, ..
         } = &mut *st;
@@ -569,13 +565,28 @@ impl Conn {
         unregistered
     }
 
-    /// Server shutdown: an idle connection closes now, a busy one after its response.
+    /// Server shutdown: an idle connection closes now, a busy one after its response. A request
+    /// that has already arrived (in our buffer or the socket's) is not lost: it is read and
+    /// served first, and the connection closes after its response.
     pub(super) fn shutdown(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let idle = slf.get().state.borrow(slf.py())?.phase == Phase::Idle;
-        if idle {
-            Self::close_now(slf)?;
+        let py = slf.py();
+        let this = slf.get();
+        let pending = {
+            let mut st = this.state.borrow(py)?;
+            if st.phase != Phase::Idle {
+                return Ok(());
+            }
+            if st.reading {
+                let failed = read_available(this.fd, &mut st);
+                st.eof |= failed;
+            }
+            st.rpos < st.rbuf.len()
+        };
+        if pending {
+            Self::advance(slf)
+        } else {
+            Self::close_now(slf)
         }
-        Ok(())
     }
 
     /// The sweep: a connection past its deadline is closed (a partial head first gets 408).

@@ -1,0 +1,314 @@
+"""``Config``: every server option, with uvicorn's names and defaults, and ``load()``.
+
+Constructing a ``Config`` applies the process-wide options at once, as uvicorn's does: logging
+(``log_config``, ``log_level``, ``access_log``, ``use_colors``), then the env file (so that it can
+set ``WEB_CONCURRENCY`` and ``FORWARDED_ALLOW_IPS``, read next). ``load()`` imports the app; it
+runs in the process that serves (a worker, not the supervisor), and on failure logs uvicorn's
+message and exits with status 3, uvicorn's ``STARTUP_FAILURE``.
+
+The options the native ``HttpServer`` takes are collected by ``http_server_options()``; nothing
+else in this module knows about the native side.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from .env_file import load_env_file
+from .importer import (
+    ASGI2Middleware,
+    ImportFromStringError,
+    detect_interface,
+    import_from_string,
+    looks_like_asgi_app,
+)
+from .lifespan import LifespanMode
+from .logging_config import LOG_LEVELS, LOGGING_CONFIG, configure_logging
+from .proxy_headers import ProxyHeadersMiddleware
+
+logger = logging.getLogger("ferroloop.error")
+
+STARTUP_FAILURE = 3
+"""Exit status when the app cannot be loaded or started (uvicorn's value)."""
+
+InterfaceType = Literal["auto", "asgi3", "asgi2"]
+
+DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
+DEFAULT_RELOAD_INCLUDES = ["*.py"]
+DEFAULT_RELOAD_EXCLUDES = [".*", ".py[cod]", ".sw.*", "~*", "__pycache__"]
+
+
+def jittered_request_limit(
+    limit: int | None, jitter: int, rng: random.Random | None = None
+) -> int | None:
+    """``limit + randint(0, jitter)``: the request count after which one worker exits, spread so
+    that workers started together do not all restart together (gunicorn's ``--max-requests``)."""
+    if limit is None:
+        return None
+    if jitter <= 0:
+        return limit
+    return limit + (rng or random).randint(0, jitter)
+
+
+def _positive(name: str, value: float | None, *, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = "zero or more" if allow_zero else "more than zero"
+        raise ValueError(f"{name} must be {bound}, not {value!r}")
+
+
+class Config:
+    """The server's options; see docs/server.md for each one, its default and uvicorn's name."""
+
+    def __init__(
+        self,
+        app: Any,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        uds: str | None = None,
+        fd: int | None = None,
+        workers: int | None = None,
+        factory: bool = False,
+        app_dir: str | None = None,
+        root_path: str = "",
+        proxy_headers: bool = True,
+        forwarded_allow_ips: list[str] | str | None = None,
+        log_config: dict[str, Any] | str | os.PathLike[str] | None = LOGGING_CONFIG,
+        log_level: str | int | None = None,
+        access_log: bool = True,
+        use_colors: bool | None = None,
+        limit_concurrency: int | None = None,
+        limit_max_requests: int | None = None,
+        max_requests_jitter: int = 0,
+        backlog: int = 2048,
+        timeout_keep_alive: float = 5,
+        timeout_graceful_shutdown: float | None = None,
+        lifespan: LifespanMode = "auto",
+        interface: InterfaceType = "auto",
+        env_file: str | os.PathLike[str] | None = None,
+        reload: bool = False,
+        reload_dirs: list[str] | str | None = None,
+        reload_includes: list[str] | str | None = None,
+        reload_excludes: list[str] | str | None = None,
+        reload_delay: float = 0.25,
+        server_header: bool = True,
+        date_header: bool = True,
+        reuse_port: bool = False,
+        timeout_header: float = 10.0,
+        limit_header_size: int = 65536,
+        limit_headers: int = 100,
+        limit_uri: int = 8192,
+        limit_body: int | None = None,
+        *,
+        limit_max_requests_jitter: int | None = None,
+        loop: str | None = None,
+        http: str | None = None,
+        ws: str | None = None,
+    ) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self.uds = uds
+        self.fd = fd
+        self.workers = workers or 1
+        self.factory = factory
+        self.app_dir = app_dir
+        self.root_path = root_path
+        self.proxy_headers = proxy_headers
+        self.log_config = log_config
+        self.log_level = log_level
+        self.access_log = access_log
+        self.use_colors = use_colors
+        self.limit_concurrency = limit_concurrency
+        self.limit_max_requests = limit_max_requests
+        # uvicorn >= 0.30 spells it limit_max_requests_jitter; both are accepted.
+        self.max_requests_jitter = (
+            limit_max_requests_jitter
+            if limit_max_requests_jitter is not None
+            else max_requests_jitter
+        )
+        self.backlog = backlog
+        self.timeout_keep_alive = timeout_keep_alive
+        self.timeout_graceful_shutdown = timeout_graceful_shutdown
+        self.lifespan: LifespanMode = lifespan
+        self.interface: Literal["auto", "asgi3", "asgi2"] = interface
+        self.env_file = env_file
+        self.reload = reload
+        self.reload_delay = reload_delay
+        self.server_header = server_header
+        self.date_header = date_header
+        self.reuse_port = reuse_port
+        self.timeout_header = timeout_header
+        self.limit_header_size = limit_header_size
+        self.limit_headers = limit_headers
+        self.limit_uri = limit_uri
+        self.limit_body = limit_body
+
+        self.loaded = False
+        self.loaded_app: Any = None
+        self._validate()
+        for name, value in (("loop", loop), ("http", http), ("ws", ws)):
+            if value not in (None, "auto", "none"):
+                logger.warning(
+                    "%s=%r is a uvicorn option that ferroloop ignores: the loop is always "
+                    "ferroloop's and HTTP/1.1 is always the native implementation.",
+                    name,
+                    value,
+                )
+
+        self.configure_logging()
+
+        self.reload_dirs = [Path(d).resolve() for d in _as_list(reload_dirs)] or [Path.cwd()]
+        self.reload_includes = _as_list(reload_includes) or list(DEFAULT_RELOAD_INCLUDES)
+        self.reload_excludes = _as_list(reload_excludes) or list(DEFAULT_RELOAD_EXCLUDES)
+        if (reload_dirs or reload_includes or reload_excludes) and not self.should_reload:
+            logger.warning(
+                "reload_dirs, reload_includes and reload_excludes have no effect without reload "
+                "and an import string app ('module:attr')."
+            )
+
+        if env_file is not None:
+            if os.path.isfile(env_file):
+                logger.info("Loading environment from '%s'", env_file)
+                load_env_file(env_file)
+            else:
+                logger.warning("Environment file '%s' not found; continuing without it.", env_file)
+
+        if workers is None and "WEB_CONCURRENCY" in os.environ:
+            self.workers = int(os.environ["WEB_CONCURRENCY"])
+        self.forwarded_allow_ips: list[str] | str = (
+            forwarded_allow_ips
+            if forwarded_allow_ips is not None
+            else os.environ.get("FORWARDED_ALLOW_IPS", DEFAULT_FORWARDED_ALLOW_IPS)
+        )
+        if self.reload and self.workers > 1:
+            logger.warning('"workers" flag is ignored when reloading is enabled.')
+
+    def _validate(self) -> None:
+        if self.lifespan not in ("auto", "on", "off"):
+            raise ValueError(f"lifespan must be 'auto', 'on' or 'off', not {self.lifespan!r}")
+        if self.interface == "wsgi":  # type: ignore[comparison-overlap]
+            raise ValueError("WSGI apps are not served yet; wrap the app in an ASGI adapter")
+        if self.interface not in ("auto", "asgi3", "asgi2"):
+            raise ValueError(
+                f"interface must be 'auto', 'asgi3' or 'asgi2', not {self.interface!r}"
+            )
+        if isinstance(self.log_level, str) and self.log_level.lower() not in LOG_LEVELS:
+            raise ValueError(
+                f"log_level must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}"
+            )
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be between 0 and 65535, not {self.port}")
+        _positive("workers", self.workers)
+        _positive("backlog", self.backlog)
+        _positive("limit_concurrency", self.limit_concurrency)
+        _positive("limit_max_requests", self.limit_max_requests)
+        _positive("max_requests_jitter", self.max_requests_jitter, allow_zero=True)
+        _positive("timeout_keep_alive", self.timeout_keep_alive, allow_zero=True)
+        _positive("timeout_graceful_shutdown", self.timeout_graceful_shutdown, allow_zero=True)
+        _positive("timeout_header", self.timeout_header)
+        _positive("limit_header_size", self.limit_header_size)
+        _positive("limit_headers", self.limit_headers)
+        _positive("limit_uri", self.limit_uri)
+        _positive("limit_body", self.limit_body, allow_zero=True)
+        _positive("reload_delay", self.reload_delay)
+
+    @property
+    def limit_max_requests_jitter(self) -> int:
+        return self.max_requests_jitter
+
+    @property
+    def asgi_version(self) -> Literal["2.0", "3.0"]:
+        return "2.0" if self.interface == "asgi2" else "3.0"
+
+    @property
+    def should_reload(self) -> bool:
+        return isinstance(self.app, str) and self.reload
+
+    @property
+    def use_subprocess(self) -> bool:
+        return bool(self.reload or self.workers > 1)
+
+    def configure_logging(self) -> None:
+        configure_logging(self.log_config, self.log_level, self.access_log, self.use_colors)
+
+    def load_app(self) -> Any:
+        """Imports the app object (before factory call and wrapping); exits 3 on failure."""
+        if self.app_dir is not None and self.app_dir not in sys.path:
+            sys.path.insert(0, self.app_dir)
+        try:
+            return import_from_string(self.app)
+        except ImportFromStringError as exc:
+            logger.error("Error loading ASGI app. %s", exc)
+            sys.exit(STARTUP_FAILURE)
+
+    def load(self) -> None:
+        """Imports the app, calls the factory, wraps ASGI 2 and the proxy-headers middleware."""
+        if self.loaded:
+            return
+        app = self.load_app()
+        if self.factory:
+            try:
+                app = app()
+            except TypeError as exc:
+                logger.error("Error loading ASGI app factory: %s", exc)
+                sys.exit(STARTUP_FAILURE)
+        elif callable(app) and not looks_like_asgi_app(app):
+            # A plain function: an ASGI 2 app(scope) or a factory. Like uvicorn, call it with no
+            # arguments; a TypeError means it wants arguments, so it is the app itself.
+            try:
+                produced = app()
+            except TypeError:
+                pass
+            else:
+                logger.warning(
+                    "ASGI app factory detected. Using it, but please consider setting the "
+                    "--factory flag explicitly."
+                )
+                app = produced
+        if not callable(app):
+            logger.error(
+                "Error loading ASGI app. %r is not callable; APP must name an ASGI application "
+                "(or, with --factory, a function that returns one).",
+                app,
+            )
+            sys.exit(STARTUP_FAILURE)
+
+        if self.interface == "auto":
+            self.interface = detect_interface(app)
+        if self.interface == "asgi2":
+            app = ASGI2Middleware(app)
+        if self.proxy_headers:
+            app = ProxyHeadersMiddleware(app, self.forwarded_allow_ips)
+        self.loaded_app = app
+        self.loaded = True
+
+    def http_server_options(self) -> dict[str, Any]:
+        """The keyword arguments of the native ``HttpServer`` that come from the options."""
+        return {
+            "root_path": self.root_path,
+            "scheme": "http",
+            "limit_concurrency": self.limit_concurrency,
+            "timeout_keep_alive": float(self.timeout_keep_alive),
+            "timeout_header": float(self.timeout_header),
+            "limit_header_size": self.limit_header_size,
+            "limit_headers": self.limit_headers,
+            "limit_uri": self.limit_uri,
+            "limit_body": self.limit_body,
+            "server_header": self.server_header,
+            "date_header": self.date_header,
+        }
+
+
+def _as_list(value: list[str] | str | None) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return list(dict.fromkeys(value))

@@ -1,0 +1,254 @@
+"""``--workers N``: a parent process that forks N servers and keeps them alive.
+
+Ownership: the parent binds the listening socket(s) once and keeps them open for its whole life,
+so connections queue in the kernel's backlog while a worker is being replaced; each worker gets
+them through ``fork`` and serves them with its own ferroloop loop. With ``--reuse-port`` (TCP
+only) each worker binds its own ``SO_REUSEPORT`` socket instead and the kernel spreads the
+connections. The parent never imports the app and never creates an event loop: ``fork`` happens
+in a process with one thread and no loop.
+
+Worker exit statuses and what the parent does while running:
+
+- 3 (``STARTUP_FAILURE``: the app could not be imported, bound or started): stop everything,
+  exit 3 (uvicorn does the same);
+- 0 (it reached its ``limit_max_requests``), anything else, or a signal: start a new worker.
+  A worker that dies within a second of its start delays the next spawn (0.1 s, doubling to
+  5 s) so that a crash at start-up does not spin.
+
+Signals to the parent: SIGINT or SIGTERM → SIGTERM to every worker (each shuts down gracefully),
+wait for all, exit. A second SIGINT → SIGINT to the workers (forced exit). SIGHUP → replace every
+worker (graceful, the socket stays open).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import random
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+
+from .config import STARTUP_FAILURE, Config, jittered_request_limit
+
+logger = logging.getLogger("ferroloop.error")
+
+POLL_INTERVAL = 0.1
+QUICK_DEATH = 1.0  # seconds: a worker that dies sooner counts as a crash loop
+MAX_RESPAWN_DELAY = 5.0
+_PR_SET_PDEATHSIG = 1
+
+
+def respawn_delay(quick_deaths: int) -> float:
+    """Seconds to wait before replacing a worker after ``quick_deaths`` crashes in a row."""
+    if quick_deaths <= 0:
+        return 0.0
+    return min(MAX_RESPAWN_DELAY, 0.1 * 2 ** (quick_deaths - 1))
+
+
+def describe_status(status: int) -> str:
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGTERM if the parent dies (a SIGKILLed supervisor leaves no
+    orphans serving stale code)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+def _worker_main(
+    config: Config, sockets: list[socket.socket] | None, request_limit: int | None
+) -> int:
+    """Runs in the forked child; returns its exit status."""
+    from .server import Server
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        server = Server(config)
+        server.limit_max_requests = request_limit
+        server.run(sockets=sockets)
+    except KeyboardInterrupt:
+        return 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        logger.exception("Worker process [%d] failed", os.getpid())
+        return 1
+    return 0
+
+
+def spawn_worker(
+    config: Config, sockets: list[socket.socket] | None, request_limit: int | None = None
+) -> int:
+    """Forks a server process; returns its pid (the child never returns).
+
+    ``sockets=None``: the worker binds its own (``--reuse-port``).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    status = 1
+    try:
+        _die_with_parent()
+        if os.getppid() != parent:
+            os._exit(1)  # the parent died between fork and prctl
+        status = _worker_main(config, sockets, request_limit)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
+
+
+@dataclass
+class _Worker:
+    pid: int
+    started: float
+    request_limit: int | None
+
+
+@dataclass
+class Supervisor:
+    """Runs ``config.workers`` server processes on ``sockets`` until told to stop."""
+
+    config: Config
+    sockets: list[socket.socket] | None
+    rng: random.Random = field(default_factory=random.Random)
+    should_exit: bool = False
+    exit_code: int = 0
+    workers: dict[int, _Worker] = field(default_factory=dict)
+    _force: bool = False
+    _forced: bool = False
+    _restart: bool = False
+    _quick_deaths: int = 0
+    _spawn_due: list[float] = field(default_factory=list)
+
+    def worker_request_limit(self) -> int | None:
+        return jittered_request_limit(
+            self.config.limit_max_requests, self.config.max_requests_jitter, self.rng
+        )
+
+    def spawn(self) -> None:
+        limit = self.worker_request_limit()
+        pid = spawn_worker(self.config, self.sockets, limit)
+        self.workers[pid] = _Worker(pid, time.monotonic(), limit)
+        logger.info("Started worker process [%d]", pid)
+
+    def handle_signal(self, sig: int, frame: object = None) -> None:
+        if sig == signal.SIGHUP:
+            logger.info("Received SIGHUP, restarting workers.")
+            self._restart = True
+            return
+        if self.should_exit and sig == signal.SIGINT:
+            self._force = True
+        elif not self.should_exit:
+            logger.info("Received %s, stopping workers.", signal.Signals(sig).name)
+        self.should_exit = True
+
+    def run(self) -> int:
+        logger.info("Started parent process [%d]", os.getpid())
+        handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {sig: signal.signal(sig, self.handle_signal) for sig in handled}
+        try:
+            for _ in range(self.config.workers):
+                self.spawn()
+            while not self.should_exit:
+                self._step()
+                time.sleep(POLL_INTERVAL)
+            self._stop_all()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        logger.info("Stopping parent process [%d]", os.getpid())
+        return self.exit_code
+
+    def _step(self) -> None:
+        if self._restart:
+            self._restart = False
+            for pid in list(self.workers):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        for pid, status in self._reap():
+            self._on_worker_exit(pid, status)
+            if self.should_exit:
+                return
+        now = time.monotonic()
+        while self._spawn_due and self._spawn_due[0] <= now:
+            self._spawn_due.pop(0)
+            self.spawn()
+
+    def _reap(self) -> list[tuple[int, int]]:
+        exited = []
+        while self.workers:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if pid in self.workers:
+                exited.append((pid, status))
+        return exited
+
+    def _on_worker_exit(self, pid: int, status: int) -> None:
+        worker = self.workers.pop(pid)
+        code = os.waitstatus_to_exitcode(status)
+        if code == STARTUP_FAILURE:
+            logger.error("Worker process [%d] failed to start; stopping the parent process.", pid)
+            self.exit_code = STARTUP_FAILURE
+            self.should_exit = True
+            return
+        if code == 0 and worker.request_limit is not None:
+            logger.info(
+                "Worker process [%d] exited after its request limit (%d); starting a new one.",
+                pid,
+                worker.request_limit,
+            )
+        elif code == 0:
+            logger.info("Worker process [%d] stopped; starting a new one.", pid)
+        else:
+            logger.warning(
+                "Worker process [%d] died (%s); starting a new one.", pid, describe_status(status)
+            )
+        lived = time.monotonic() - worker.started
+        self._quick_deaths = self._quick_deaths + 1 if code != 0 and lived < QUICK_DEATH else 0
+        self._spawn_due.append(time.monotonic() + respawn_delay(self._quick_deaths))
+
+    def _stop_all(self) -> None:
+        for pid in list(self.workers):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        if self.workers:
+            logger.info("Waiting for %d worker process(es) to finish.", len(self.workers))
+        while self.workers:
+            if self._force and not self._forced:
+                self._forced = True
+                for pid in list(self.workers):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGINT)
+            for pid, _status in self._reap():
+                self.workers.pop(pid, None)
+                logger.info("Terminated worker process [%d]", pid)
+            if self.workers:
+                time.sleep(POLL_INTERVAL)

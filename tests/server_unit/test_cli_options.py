@@ -1,0 +1,198 @@
+"""The command line: every option lands in the right Config field; errors exit like uvicorn."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from ferroloop.server.cli import parse_args
+from ferroloop.server.config import Config
+from ferroloop.server.logging_config import LOGGING_CONFIG
+
+
+def test_defaults():
+    options = parse_args(["main:app"])
+    assert options is not None
+    assert options.pop("app") == "main:app"
+    config = Config("main:app", **{**options, "log_config": None})
+    assert (config.host, config.port, config.backlog) == ("127.0.0.1", 8000, 2048)
+    assert options["app_dir"] == ""
+    assert options["proxy_headers"] is True and options["access_log"] is True
+    assert options["server_header"] is True and options["date_header"] is True
+    assert options["lifespan"] == "auto" and options["workers"] is None
+    assert options["timeout_header"] == 10.0 and options["limit_header_size"] == 65536
+    assert options["limit_headers"] == 100 and options["limit_uri"] == 8192
+    assert options["limit_body"] is None and options["reuse_port"] is False
+    assert options["use_colors"] is None and options["log_level"] is None
+    assert options["log_config"] is LOGGING_CONFIG  # not None, which would mean "leave alone"
+
+
+def test_every_option():
+    argv = [
+        "pkg.mod:make_app",
+        "--host", "0.0.0.0",
+        "--port", "9001",
+        "--uds", "/tmp/x.sock",
+        "--fd", "3",
+        "--workers", "4",
+        "--factory",
+        "--app-dir", "src",
+        "--root-path", "/api",
+        "--no-proxy-headers",
+        "--forwarded-allow-ips", "10.0.0.0/8,*",
+        "--log-level", "debug",
+        "--log-config", "log.json",
+        "--no-use-colors",
+        "--no-access-log",
+        "--limit-concurrency", "100",
+        "--max-requests", "1000",
+        "--max-requests-jitter", "50",
+        "--backlog", "128",
+        "--timeout-keep-alive", "2.5",
+        "--timeout-graceful-shutdown", "30",
+        "--lifespan", "on",
+        "--interface", "asgi2",
+        "--env-file", ".env",
+        "--reload",
+        "--reload-dir", "a",
+        "--reload-dir", "b",
+        "--reload-include", "*.html",
+        "--reload-exclude", "tmp*",
+        "--reload-delay", "1",
+        "--no-server-header",
+        "--no-date-header",
+        "--reuse-port",
+        "--timeout-header", "3",
+        "--limit-header-size", "8192",
+        "--limit-headers", "50",
+        "--limit-uri", "2048",
+        "--limit-body", "1048576",
+    ]  # fmt: skip
+    options = parse_args(argv)
+    assert options == {
+        "app": "pkg.mod:make_app",
+        "host": "0.0.0.0",
+        "port": 9001,
+        "uds": "/tmp/x.sock",
+        "fd": 3,
+        "workers": 4,
+        "factory": True,
+        "app_dir": "src",
+        "root_path": "/api",
+        "proxy_headers": False,
+        "forwarded_allow_ips": "10.0.0.0/8,*",
+        "log_level": "debug",
+        "log_config": "log.json",
+        "use_colors": False,
+        "access_log": False,
+        "limit_concurrency": 100,
+        "limit_max_requests": 1000,
+        "max_requests_jitter": 50,
+        "backlog": 128,
+        "timeout_keep_alive": 2.5,
+        "timeout_graceful_shutdown": 30.0,
+        "lifespan": "on",
+        "interface": "asgi2",
+        "env_file": ".env",
+        "reload": True,
+        "reload_dirs": ["a", "b"],
+        "reload_includes": ["*.html"],
+        "reload_excludes": ["tmp*"],
+        "reload_delay": 1.0,
+        "server_header": False,
+        "date_header": False,
+        "reuse_port": True,
+        "timeout_header": 3.0,
+        "limit_header_size": 8192,
+        "limit_headers": 50,
+        "limit_uri": 2048,
+        "limit_body": 1048576,
+        "loop": None,
+        "http": None,
+        "ws": None,
+    }
+
+
+def test_uvicorn_spellings():
+    options = parse_args(
+        ["m:a", "--limit-max-requests", "5", "--limit-max-requests-jitter", "2", "--proxy-headers"]
+    )
+    assert options is not None
+    assert options["limit_max_requests"] == 5 and options["max_requests_jitter"] == 2
+    assert options["proxy_headers"] is True
+    options = parse_args(["m:a", "--loop", "uvloop", "--http", "httptools", "--ws", "none"])
+    assert options is not None and options["loop"] == "uvloop"
+
+
+def test_options_are_exactly_config_parameters():
+    import inspect
+
+    options = parse_args(["m:a"])
+    assert options is not None
+    parameters = set(inspect.signature(Config).parameters)
+    assert set(options) <= parameters
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["m:a", "--log-level", "loud"], ["m:a", "--lifespan", "maybe"], ["m:a", "--port", "x"]],
+)
+def test_usage_errors_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        parse_args(argv)
+    assert info.value.code == 2
+    assert "usage: ferroloop" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    assert parse_args(["--version"]) is None
+    assert capsys.readouterr().out.startswith("Running ferroloop ")
+
+
+def run_cli(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ferroloop", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=cwd,
+    )
+
+
+def test_module_not_found_exits_3_with_uvicorns_message(tmp_path):
+    result = run_cli("ferroloop_no_such_module:app", cwd=tmp_path)
+    assert result.returncode == 3
+    assert 'Error loading ASGI app. Could not import module "ferroloop_no_such_module".' in (
+        result.stderr
+    )
+
+
+def test_bad_import_string_exits_3(tmp_path):
+    result = run_cli("no_colon", cwd=tmp_path)
+    assert result.returncode == 3
+    assert 'Import string "no_colon" must be in format "<module>:<attribute>".' in result.stderr
+
+
+def test_missing_attribute_found_through_app_dir(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "ferroloop_cli_mod.py").write_text("x = 1\n")
+    result = run_cli("ferroloop_cli_mod:app", "--app-dir", "src", cwd=tmp_path)
+    assert result.returncode == 3
+    assert 'Attribute "app" not found in module "ferroloop_cli_mod".' in result.stderr
+
+
+def test_bad_option_value_exits_2(tmp_path):
+    result = run_cli("m:app", "--backlog", "0", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "backlog must be more than zero" in result.stderr
+
+
+def test_workers_need_an_import_string():
+    from ferroloop.server.config import STARTUP_FAILURE
+    from ferroloop.server.serve import run_config
+
+    async def app(scope, receive, send):
+        pass
+
+    assert run_config(Config(app, workers=2, log_config=None)) == STARTUP_FAILURE
