@@ -1,0 +1,98 @@
+"""Memory stays flat while the native HTTP server answers many requests.
+
+One ferroloop loop runs both the server (``HttpServer`` on a listening socket) and the clients
+(asyncio streams): keep-alive requests with and without a body, and connections that are
+opened, used once and closed. RSS and the number of gc-tracked objects are measured after each
+chunk; nothing may grow between the second chunk (pools warm) and the last. A leak of one
+object per request would add thousands of objects; of one connection buffer, megabytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import socket
+
+import ferroloop
+from ferroloop._native import HttpServer
+
+CHUNKS = 6
+REQUESTS_PER_CHUNK = 3_000
+CONNECTIONS_PER_CHUNK = 300
+MAX_RSS_GROWTH = 8 * 1024 * 1024
+MAX_OBJECT_GROWTH = 500
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def measure() -> tuple[int, int]:
+    gc.collect()
+    with open("/proc/self/statm") as statm:
+        rss = int(statm.read().split()[1]) * PAGE_SIZE
+    return rss, len(gc.get_objects())
+
+
+async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": body or b"hello"})
+
+
+async def read_response(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    return await reader.readexactly(length)
+
+
+async def churn(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for i in range(REQUESTS_PER_CHUNK):
+        if i % 2:
+            writer.write(b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nabcde")
+            assert await read_response(reader) == b"abcde"
+        else:
+            writer.write(b"GET /g?x=1 HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert await read_response(reader) == b"hello"
+    writer.close()
+    await writer.wait_closed()
+    for _ in range(CONNECTIONS_PER_CHUNK):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        assert await read_response(reader) == b"hello"
+        writer.close()
+        await writer.wait_closed()
+
+
+def test_server_requests_and_connections_leave_memory_flat() -> None:
+    async def main() -> list[tuple[int, int]]:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        sock.setblocking(False)
+        server = HttpServer(asyncio.get_running_loop(), sock, app)
+        server.start()
+        samples = []
+        try:
+            for _ in range(CHUNKS):
+                await churn(sock.getsockname()[1])
+                samples.append(measure())
+        finally:
+            server.abort()
+            sock.close()
+        assert server.requests == CHUNKS * (REQUESTS_PER_CHUNK + CONNECTIONS_PER_CHUNK)
+        return samples
+
+    samples = ferroloop.run(main())
+    (rss0, objs0), (rss1, objs1) = samples[1], samples[-1]
+    assert rss1 - rss0 < MAX_RSS_GROWTH, samples
+    assert objs1 - objs0 < MAX_OBJECT_GROWTH, samples
