@@ -31,6 +31,16 @@ def test_pathsend_serves_the_file(server, connect, payload_file):
     assert connection.request("GET", "/hello").body == b"hello, world"
 
 
+def test_trailers_sent_in_several_messages_all_follow_the_last_chunk(server, connect):
+    connection = connect(server)
+    response = connection.request("GET", "/split-trailers", headers=[("TE", "trailers")])
+    assert response.status == 200
+    assert response.framing == "chunked"
+    assert response.body == b"body"
+    assert response.trailers == [("x-one", "1"), ("x-two", "2")]
+    assert connection.request("GET", "/hello").body == b"hello, world"
+
+
 def test_pathsend_head_sends_no_body(server, connect, request_bytes, payload_file):
     connection = connect(server)
     connection.send(request_bytes("HEAD", f"/pathsend?path={payload_file}") + request_bytes())

@@ -124,22 +124,17 @@ impl OutQueue {
         if (has_file || self.segs.len() >= MAX_IOVECS) && self.flush(fd)? == Flushed::Blocked {
             return Ok(0);
         }
+        let mut iov = [EMPTY_IOVEC; MAX_IOVECS];
         loop {
-            let mut iov: Vec<libc::iovec> = Vec::with_capacity(self.segs.len() + 1);
-            for seg in &self.segs {
-                if let Segment::Bytes { buf, pos } = seg {
-                    if *pos < buf.len() {
-                        iov.push(iovec(&buf[*pos..]));
-                    }
-                }
-            }
+            let mut count = self.gather(&mut iov[..MAX_IOVECS - 1]);
             if !extra.is_empty() {
-                iov.push(iovec(extra));
+                iov[count] = iovec(extra);
+                count += 1;
             }
-            if iov.is_empty() {
+            if count == 0 {
                 return Ok(0);
             }
-            match sendmsg(fd, &iov) {
+            match sendmsg(fd, &iov[..count]) {
                 Ok(n) => {
                     // A short write means the socket buffer is full: the caller queues the rest
                     // of `extra` and waits for writability.
@@ -156,26 +151,18 @@ impl OutQueue {
 
     /// Writes as much of the queue as the socket takes.
     pub fn flush(&mut self, fd: RawFd) -> io::Result<Flushed> {
+        let mut iov = [EMPTY_IOVEC; MAX_IOVECS];
         while let Some(seg) = self.segs.front_mut() {
             match seg {
                 Segment::Bytes { .. } => {
-                    let mut iov: Vec<libc::iovec> = Vec::new();
-                    for s in self.segs.iter().take(MAX_IOVECS) {
-                        match s {
-                            Segment::Bytes { buf, pos } => {
-                                if *pos < buf.len() {
-                                    iov.push(iovec(&buf[*pos..]));
-                                }
-                            }
-                            Segment::File { .. } => break,
-                        }
-                    }
-                    if iov.is_empty() {
+                    let count = self.gather(&mut iov);
+                    if count == 0 {
+                        // Only empty buffers at the front: drop them.
                         self.consume(0);
                         continue;
                     }
-                    let want: usize = iov.iter().map(|v| v.iov_len).sum();
-                    match sendmsg(fd, &iov) {
+                    let want: usize = iov[..count].iter().map(|v| v.iov_len).sum();
+                    match sendmsg(fd, &iov[..count]) {
                         Ok(n) => {
                             self.consume(n);
                             if n < want {
@@ -230,6 +217,26 @@ impl OutQueue {
         Ok(Flushed::Done)
     }
 
+    /// Points `iov` at the unwritten buffer segments at the front of the queue, up to the first
+    /// file range or `iov.len()` entries; returns how many entries it filled.
+    fn gather(&self, iov: &mut [libc::iovec]) -> usize {
+        let mut count = 0;
+        for seg in &self.segs {
+            if count == iov.len() {
+                break;
+            }
+            match seg {
+                Segment::Bytes { buf, pos } if *pos < buf.len() => {
+                    iov[count] = iovec(&buf[*pos..]);
+                    count += 1;
+                }
+                Segment::Bytes { .. } => {}
+                Segment::File { .. } => break,
+            }
+        }
+        count
+    }
+
     /// Drops `n` written bytes from the front buffer segments.
     fn consume(&mut self, mut n: usize) {
         self.pending -= n;
@@ -259,6 +266,11 @@ impl OutQueue {
         self.pending = 0;
     }
 }
+
+const EMPTY_IOVEC: libc::iovec = libc::iovec {
+    iov_base: std::ptr::null_mut(),
+    iov_len: 0,
+};
 
 fn iovec(data: &[u8]) -> libc::iovec {
     libc::iovec {

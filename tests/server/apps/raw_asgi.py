@@ -352,6 +352,17 @@ async def trailers(scope: Any, receive: Any, send: Any) -> None:
     )
 
 
+async def split_trailers(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [], "trailers": True})
+    await send({"type": "http.response.body", "body": b"body", "more_body": False})
+    await send(
+        {"type": "http.response.trailers", "headers": [(b"x-one", b"1")], "more_trailers": True}
+    )
+    await send(
+        {"type": "http.response.trailers", "headers": [(b"x-two", b"2")], "more_trailers": False}
+    )
+
+
 ROUTES = {
     "/": hello,
     "/hello": hello,
@@ -378,6 +389,7 @@ ROUTES = {
     "/pathsend": pathsend,
     "/zerocopysend": zerocopysend,
     "/trailers": trailers,
+    "/split-trailers": split_trailers,
 }
 
 

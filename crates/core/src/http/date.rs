@@ -81,7 +81,7 @@ impl DateCache {
     }
 
     /// The IMF-fixdate of the current wall-clock second.
-    pub fn get(&mut self) -> &[u8] {
+    pub fn get(&mut self) -> &[u8; 29] {
         let now = now_secs();
         if now != self.second {
             self.second = now;

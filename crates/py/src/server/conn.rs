@@ -28,6 +28,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyInt, PyString, PyTuple};
 use pyo3::PyTraverseError;
 
@@ -69,6 +70,8 @@ pub(super) struct Response {
     pub(super) trailers: bool,
     pub(super) framing: Option<Framing>,
     pub(super) body_done: bool,
+    /// Trailer fields received so far (`more_trailers`), written after the last chunk.
+    pub(super) pending_trailers: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 pub(super) struct Request {
@@ -396,7 +399,7 @@ impl Conn {
         e: &HttpError,
     ) {
         let date = server.date(py);
-        let bytes = error_response(e.status, e.reason, date.as_deref());
+        let bytes = error_response(e.status, e.reason, date.as_ref().map(|d| &d[..]));
         st.out.push(&bytes);
         st.rbuf.clear();
         st.rpos = 0;
@@ -504,7 +507,8 @@ impl Conn {
                         ));
                     }
                     let date = server.date(py);
-                    let bytes = error_response(500, "Internal Server Error", date.as_deref());
+                    let bytes =
+                        error_response(500, "Internal Server Error", date.as_ref().map(|d| &d[..]));
                     st.out.push(&bytes);
                     Self::complete(py, server, &mut st, &mut fx, 500, false);
                 }
@@ -641,6 +645,7 @@ impl Conn {
                 visit.call(&req.resp.headers)?;
                 visit.call(&req.facts.method)?;
                 visit.call(&req.facts.path)?;
+                visit.call(&req.facts.query)?;
             }
         }
         Ok(())
@@ -658,6 +663,16 @@ impl Conn {
 /// `ready(value)`: the awaitable that completes at once.
 pub(super) fn ready(py: Python<'_>, value: Py<PyAny>) -> PyResult<Py<PyAny>> {
     Ok(Py::new(py, Ready::new(value))?.into_any())
+}
+
+static READY_NONE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// `ready(None)`, shared: the object holds no state, so every `send()` that need not wait
+/// returns the same one instead of allocating.
+pub(super) fn ready_none(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    READY_NONE
+        .get_or_try_init(py, || ready(py, py.None()))
+        .map(|r| r.clone_ref(py))
 }
 
 /// Tries to write the queue now; registers the writer if something is left.

@@ -5,7 +5,9 @@
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use ferroloop_core::clock;
-use ferroloop_core::http::{encode_head, encode_last_chunk, write_chunk_size, Framing, Version};
+use ferroloop_core::http::{
+    encode_chunk, encode_head, encode_last_chunk, write_chunk_size, Framing, Version,
+};
 use ferroloop_core::OutQueue;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError};
 use pyo3::intern;
@@ -13,7 +15,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
 use super::conn::{
-    flush_now, ready, start_closing, Conn, ConnState, Effects, Phase, Request, COPY_MAX, WRITE_HIGH,
+    flush_now, ready_none, start_closing, Conn, ConnState, Effects, Phase, Request, COPY_MAX,
+    WRITE_HIGH,
 };
 use super::scope;
 use super::HttpServer;
@@ -41,7 +44,7 @@ impl Conn {
             let mut st = this.state.borrow(py)?;
             if st.phase == Phase::Closed {
                 // The client is gone: drop the message, as uvicorn does.
-                return ready(py, py.None());
+                return ready_none(py);
             }
             let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
             if !current {
@@ -51,7 +54,7 @@ impl Conn {
             }
             if st.phase != Phase::Busy {
                 // The request was rejected mid-body (bad framing, body limit) and answered.
-                return ready(py, py.None());
+                return ready_none(py);
             }
             let fd = this.fd;
             match typ {
@@ -62,23 +65,27 @@ impl Conn {
                 "http.response.body" => {
                     let body = message.get_item(intern!(py, "body"))?;
                     let more = flag(message, intern!(py, "more_body"))?;
-                    let buf = match &body {
-                        Some(b) if !b.is_none() => Some(
+                    // `bytes` (what apps send) is read in place; other bytes-like objects go
+                    // through the buffer protocol.
+                    let bytes = body.as_ref().and_then(|b| b.cast::<PyBytes>().ok());
+                    let buf = match (&body, bytes) {
+                        (Some(b), None) if !b.is_none() => Some(
                             pyo3::buffer::PyBuffer::<u8>::get(b)
                                 .map_err(|_| PyTypeError::new_err("'body' must be bytes-like"))?,
                         ),
                         _ => None,
                     };
-                    let data: &[u8] = match &buf {
+                    let data: &[u8] = match (bytes, &buf) {
+                        (Some(b), _) => b.as_bytes(),
                         // SAFETY: a contiguous u8 buffer of `len_bytes()` bytes, kept alive by
                         // `buf` for this scope; nothing here runs Python code that could resize it.
-                        Some(b) if b.is_c_contiguous() => unsafe {
+                        (None, Some(b)) if b.is_c_contiguous() => unsafe {
                             std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
                         },
-                        Some(_) => {
+                        (None, Some(_)) => {
                             return Err(PyTypeError::new_err("'body' must be contiguous"));
                         }
-                        None => b"",
+                        (None, None) => b"",
                     };
                     let body = Body::Bytes(data);
                     Self::send_body(py, fd, server, &mut st, &mut fx, body, more)?
@@ -123,7 +130,7 @@ impl Conn {
         Self::apply(slf, fx)?;
         match fut {
             Some(f) => Ok(f),
-            None => ready(py, py.None()),
+            None => ready_none(py),
         }
     }
 
@@ -170,15 +177,12 @@ impl Conn {
         if framing.send_body && body_len > 0 {
             match body {
                 Body::Bytes(data) => {
-                    if framing.chunked {
+                    if framing.chunked && data.len() <= COPY_MAX {
+                        st.out.with_tail(|b| encode_chunk(b, data));
+                    } else if framing.chunked {
                         st.out.with_tail(|b| write_chunk_size(b, data.len()));
-                        if data.len() <= COPY_MAX {
-                            st.out.push(data);
-                            st.out.push(b"\r\n");
-                        } else {
-                            extra = data;
-                            after = b"\r\n";
-                        }
+                        extra = data;
+                        after = b"\r\n";
                     } else {
                         extra = data;
                     }
@@ -255,34 +259,28 @@ impl Conn {
         }
         let framing = req.resp.framing.expect("body done implies head written");
         let status = req.resp.status;
-        let held = match headers {
-            Some(h) if !h.is_none() => header_list(h)?,
-            _ => Vec::new(),
-        };
-        let pairs: Vec<(&[u8], &[u8])> = held
-            .iter()
-            .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
-            .collect();
-        if framing.chunked && framing.send_body {
-            // Trailers may come in several messages; only the last one ends the body.
-            let mut block = Vec::new();
-            if more {
-                for (n, v) in &pairs {
-                    block.extend_from_slice(n);
-                    block.extend_from_slice(b": ");
-                    block.extend_from_slice(v);
-                    block.extend_from_slice(b"\r\n");
-                }
-                req.resp.headers = None;
-                st.out.push(&block);
-                return Ok(());
+        // Trailers may come in several messages: they are kept, checked and written together
+        // after the last chunk when the final one arrives.
+        if let Some(h) = headers.filter(|h| !h.is_none()) {
+            for (n, v) in header_list(h)? {
+                req.resp
+                    .pending_trailers
+                    .push((n.as_bytes().to_vec(), v.as_bytes().to_vec()));
             }
-            encode_last_chunk(&mut block, &pairs)
-                .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-            st.out.push(&block);
         }
         if more {
             return Ok(());
+        }
+        if framing.chunked && framing.send_body {
+            let pairs: Vec<(&[u8], &[u8])> = req
+                .resp
+                .pending_trailers
+                .iter()
+                .map(|(n, v)| (n.as_slice(), v.as_slice()))
+                .collect();
+            st.out
+                .with_tail(|buf| encode_last_chunk(buf, &pairs))
+                .map_err(|e| PyRuntimeError::new_err(format!("invalid trailers: {e}")))?;
         }
         flush_now(st, fx, fd);
         Self::complete(py, server, st, fx, status, framing.keep_alive);
@@ -305,13 +303,14 @@ impl Conn {
         server.response_done(py);
         if server.access_log().is_some() {
             let facts = &req.facts;
-            let path = if facts.query.is_empty() {
+            let query = facts.query.bind(py).as_bytes();
+            let path = if query.is_empty() {
                 facts.path.clone_ref(py)
             } else {
                 let text = format!(
                     "{}?{}",
                     facts.path.bind(py).to_str().unwrap_or(""),
-                    String::from_utf8_lossy(&facts.query)
+                    String::from_utf8_lossy(query)
                 );
                 PyString::new(py, &text).unbind()
             };
@@ -505,7 +504,7 @@ fn write_head(
             req.resp.status,
             &pairs,
             known_length,
-            date.as_deref(),
+            date.as_ref().map(|d| &d[..]),
             server_name,
         )
     })

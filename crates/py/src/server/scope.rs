@@ -114,7 +114,8 @@ pub struct ScopeBase {
 pub struct RequestFacts {
     pub method: Py<PyString>,
     pub path: Py<PyString>,
-    pub query: Vec<u8>,
+    /// The scope's own `query_string` object (shared, not copied).
+    pub query: Py<PyBytes>,
 }
 
 /// Builds the http scope of `head` (whose ranges index `buf`).
@@ -164,8 +165,8 @@ pub fn build_scope<'py>(
         })?
     };
     scope.set_item(intern!(py, "raw_path"), raw)?;
-    let query = &buf[head.query.clone()];
-    scope.set_item(intern!(py, "query_string"), PyBytes::new(py, query))?;
+    let query = PyBytes::new(py, &buf[head.query.clone()]);
+    scope.set_item(intern!(py, "query_string"), &query)?;
 
     let headers = PyList::empty(py);
     for (name, value) in &head.headers {
@@ -190,7 +191,7 @@ pub fn build_scope<'py>(
     let facts = RequestFacts {
         method: method.unbind(),
         path: path.unbind(),
-        query: query.to_vec(),
+        query: query.unbind(),
     };
     Ok((scope, facts))
 }
