@@ -11,33 +11,16 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/machine.py
 import scenarios
 import servers
+from machine import fmt
 
 FLAG = "⚠"
 NOISY = 0.10  # share of a pinned core taken by other work above which the header warns
-
-
-def fmt(x: float | None) -> str:
-    """Three significant figures, with k/M suffixes for big numbers."""
-    if x is None or x != x:  # None or NaN
-        return "—"
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale * 0.9995:  # so 999.7 prints as 1k, not 1e+03
-            return f"{x / scale:.3g}{suffix}"
-    return f"{x:.3g}"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def _median(values: list[float]) -> float | None:

@@ -15,17 +15,18 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/machine.py
 import report
 import scenarios
 import servers
 import wrk
+from machine import cpu_model, cpu_pins, fmt, git_revision
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 WARMUP_S = 2
@@ -79,28 +80,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if not args.servers or not args.scenarios:
         parser.error("nothing to run")
     return args
-
-
-def cpu_pins() -> tuple[list[str], list[str], str | None]:
-    """taskset prefixes for core 0 (server) and core 1 (wrk), or two empty ones and why not."""
-    if shutil.which("taskset") is None:
-        return [], [], "taskset not found (install util-linux); processes are not pinned"
-    cpus = os.sched_getaffinity(0)
-    if not {0, 1} <= cpus:
-        return [], [], f"cores 0 and 1 are not both available (have {sorted(cpus)}); not pinned"
-    return ["taskset", "-c", "0"], ["taskset", "-c", "1"], None
-
-
-def git_revision() -> str:
-    """HEAD of the repository, with `+dirty` if the tree has changes: what was measured."""
-    root = Path(__file__).resolve().parent.parent.parent
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def probe_servers(names: list[str]) -> tuple[dict, dict]:
@@ -205,7 +184,7 @@ def progress(what: str, sample: dict) -> None:
     else:
         lat = sample["latency_us"]
         shown = (
-            f"{report.fmt(sample['rps']):>6} rps  p50 {lat['p50'] / 1000:.3g} ms  "
+            f"{fmt(sample['rps']):>6} rps  p50 {lat['p50'] / 1000:.3g} ms  "
             f"p99 {lat['p99'] / 1000:.3g} ms  server core {sample['server_busy']:.0%}  "
             f"wrk core {sample['client_busy']:.0%}"
         )
@@ -294,7 +273,7 @@ def main(argv: list[str]) -> int:
         "revision": git_revision(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "cpu": report.cpu_model(),
+        "cpu": cpu_model(),
         "pinned": pin_warning is None,
         "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "cpus": os.cpu_count(),

@@ -8,8 +8,6 @@ table, not the run.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,16 +31,6 @@ class ChildFailed(Exception):
 
 def tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def cpu_pins() -> tuple[list[str], list[str], str | None]:
-    """taskset prefixes for core 0 and core 1, or two empty ones and why pinning is off."""
-    if shutil.which("taskset") is None:
-        return [], [], "taskset not found (install util-linux); processes are not pinned"
-    cpus = os.sched_getaffinity(0)
-    if not {0, 1} <= cpus:
-        return [], [], f"cores 0 and 1 are not both available (have {sorted(cpus)}); not pinned"
-    return ["taskset", "-c", "0"], ["taskset", "-c", "1"], None
 
 
 def parse_result(stdout: str, stderr: str, what: str) -> dict:

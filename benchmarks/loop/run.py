@@ -14,14 +14,15 @@ import importlib
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/machine.py
 import loops
 import report
-from launch import ChildFailed, cpu_pins, run_child
+from launch import ChildFailed, run_child
+from machine import cpu_model, cpu_pins, fmt, git_revision
 
 BENCHMARKS = (
     "call_soon",
@@ -90,18 +91,6 @@ def probe_loops(names: list[str], pin: list[str]) -> tuple[dict, dict]:
     return available, skipped
 
 
-def git_revision() -> str:
-    """HEAD of the repository, with `+dirty` if the tree has changes: what was measured."""
-    root = Path(__file__).resolve().parent.parent.parent
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
 def measure(module, loop_name: str, params: dict, pins: tuple[list, list]) -> dict:
     if hasattr(module, "measure"):  # benchmarks with more than one process (sock_echo)
         return module.measure(loop_name, params, pins)
@@ -115,7 +104,7 @@ def progress(case: str, rep: int, repeat: int, loop_name: str, sample: dict, met
     elif "error" in sample:
         shown = "ERROR: " + sample["error"].splitlines()[0]
     else:
-        shown = f"{report.fmt(sample['metrics'][metric.key])} {metric.unit}"
+        shown = f"{fmt(sample['metrics'][metric.key])} {metric.unit}"
         if sample.get("problems"):
             shown += f"  [{len(sample['problems'])} problem(s)]"
     print(f"  {case:<22} {rep + 1}/{repeat}  {loop_name:<10} {shown}", file=sys.stderr, flush=True)
@@ -182,7 +171,7 @@ def main(argv: list[str]) -> int:
         "revision": git_revision(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "cpu": report.cpu_model(),
+        "cpu": cpu_model(),
         "pinned": pin_warning is None,
         # Other processes on the machine share the pinned cores: a load near or above the
         # number of CPUs while the run is going means the numbers are noisy.

@@ -1,0 +1,51 @@
+"""What every benchmark runner shares: number formatting, the machine's description, core
+pinning and the revision measured. Imported by benchmarks/loop and benchmarks/http."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+
+def fmt(x: float | None) -> str:
+    """Three significant figures, with k/M suffixes for big numbers."""
+    if x is None or x != x:  # None or NaN
+        return "—"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale * 0.9995:  # so 999.7 prints as 1k, not 1e+03
+            return f"{x / scale:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def cpu_pins() -> tuple[list[str], list[str], str | None]:
+    """taskset prefixes for core 0 (measured) and core 1 (load), or two empty ones and why not."""
+    if shutil.which("taskset") is None:
+        return [], [], "taskset not found (install util-linux); processes are not pinned"
+    cpus = os.sched_getaffinity(0)
+    if not {0, 1} <= cpus:
+        return [], [], f"cores 0 and 1 are not both available (have {sorted(cpus)}); not pinned"
+    return ["taskset", "-c", "0"], ["taskset", "-c", "1"], None
+
+
+def git_revision() -> str:
+    """HEAD of the repository, with `+dirty` if the tree has changes: what was measured."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
