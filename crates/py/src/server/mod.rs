@@ -54,8 +54,11 @@ pub(crate) struct Options {
 }
 
 struct ServerState {
-    /// The listener is registered in the poller.
+    /// Accepting: the listener is registered in the poller, except while `accept_retry` is set.
     listening: bool,
+    /// While the process is out of fds or memory, the listener is out of the poller and this
+    /// timer puts it back (level-triggered epoll would otherwise report it ready forever).
+    accept_retry: Option<Py<PyAny>>,
     shutting_down: bool,
     conns: HashMap<RawFd, Py<Conn>>,
     /// Running app tasks, by object address.
@@ -169,6 +172,7 @@ impl HttpServer {
             },
             state: LoopCell::new(ServerState {
                 listening: false,
+                accept_retry: None,
                 shutting_down: false,
                 conns: HashMap::new(),
                 tasks: HashMap::new(),
@@ -190,14 +194,7 @@ impl HttpServer {
             }
             st.listening = true;
         }
-        let fd = PyInt::new(py, this.listen_fd);
-        LoopCore::set_fd_handle(
-            this.loop_.bind(py),
-            fd.as_any(),
-            slf.as_any(),
-            PyTuple::empty(py),
-            false,
-        )?;
+        Self::watch_listener(slf)?;
         Self::schedule_sweep(slf)
     }
 
@@ -216,14 +213,22 @@ impl HttpServer {
                     this.state.borrow(py)?.conns.insert(fd, conn);
                 }
                 Ok(None) => return Ok(()),
-                // Out of fds or a connection reset before accept: log and retry on the next
-                // readiness, as asyncio's accept loop does.
-                Err(e) if is_transient_accept_error(&e) => {
-                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
-                        this.log(py, &format!("accept failed: {e}"), None);
-                    }
-                    return Ok(());
+                // Out of fds or memory: the waiting connection stays in the backlog and the
+                // listener stays readable, so stop watching it and try again later, as
+                // asyncio's accept loop does (its ACCEPT_RETRY_DELAY).
+                Err(e) if is_resource_exhaustion(&e) => {
+                    this.log(
+                        py,
+                        &format!(
+                            "accept failed: {e}; not accepting for {ACCEPT_RETRY_DELAY} s \
+                             (raise the open-files limit, ulimit -n)"
+                        ),
+                        None,
+                    );
+                    return Self::pause_accepting(slf);
                 }
+                // A connection reset before accept, or a signal: try the next readiness.
+                Err(e) if is_transient_accept_error(&e) => return Ok(()),
                 Err(e) => {
                     this.log(py, &format!("accept failed: {e}"), None);
                     return Ok(());
@@ -231,6 +236,20 @@ impl HttpServer {
             }
         }
         Ok(())
+    }
+
+    /// The accept-retry timer fired: watch the listener again (if still accepting).
+    fn _resume_accepting(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        {
+            let mut st = this.state.borrow(py)?;
+            st.accept_retry = None;
+            if !st.listening || st.shutting_down {
+                return Ok(());
+            }
+        }
+        Self::watch_listener(slf)
     }
 
     /// Closes idle connections past their deadline (keep-alive, header read, lingering close).
@@ -252,7 +271,16 @@ impl HttpServer {
     fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let was = std::mem::replace(&mut this.state.borrow(py)?.listening, false);
+        let (was, retry) = {
+            let mut st = this.state.borrow(py)?;
+            (
+                std::mem::replace(&mut st.listening, false),
+                st.accept_retry.take(),
+            )
+        };
+        if let Some(timer) = retry {
+            timer.bind(py).call_method0(intern!(py, "cancel"))?;
+        }
         if was {
             let fd = PyInt::new(py, this.listen_fd);
             LoopCore::remove_fd_handle(this.loop_.bind(py), fd.as_any(), false)?;
@@ -333,6 +361,7 @@ impl HttpServer {
                 visit.call(t)?;
             }
             visit.call(&st.sweep)?;
+            visit.call(&st.accept_retry)?;
         }
         Ok(())
     }
@@ -343,6 +372,7 @@ impl HttpServer {
                 std::mem::take(&mut st.conns),
                 std::mem::take(&mut st.tasks),
                 st.sweep.take(),
+                st.accept_retry.take(),
             )
         });
         drop(dropped);
@@ -430,6 +460,51 @@ impl HttpServer {
         }
     }
 
+    /// Takes the listener out of the poller for `ACCEPT_RETRY_DELAY` seconds.
+    fn pause_accepting(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let fd = PyInt::new(py, this.listen_fd);
+        LoopCore::remove_fd_handle(this.loop_.bind(py), fd.as_any(), false)?;
+        let timer = Self::call_later(slf, ACCEPT_RETRY_DELAY, intern!(py, "_resume_accepting"))?;
+        this.state.borrow(py)?.accept_retry = Some(timer);
+        Ok(())
+    }
+
+    /// Registers this server as the listener's reader.
+    fn watch_listener(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let fd = PyInt::new(py, this.listen_fd);
+        LoopCore::set_fd_handle(
+            this.loop_.bind(py),
+            fd.as_any(),
+            slf.as_any(),
+            PyTuple::empty(py),
+            false,
+        )
+        .map(drop)
+    }
+
+    /// `loop.call_later(delay, self.<method>)`; returns the timer handle.
+    fn call_later(
+        slf: &Bound<'_, Self>,
+        delay: f64,
+        method: &Bound<'_, PyString>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let method = slf.getattr(method)?;
+        let delay = delay.into_pyobject(py)?;
+        let timer = LoopCore::call_later_impl(
+            slf.get().loop_.bind(py),
+            delay.as_any(),
+            &method,
+            PyTuple::empty(py),
+            None,
+        )?;
+        Ok(timer.into_any())
+    }
+
     fn schedule_sweep(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
@@ -441,16 +516,8 @@ impl HttpServer {
         }
         let shortest = this.opts.timeout_keep_alive.min(this.opts.timeout_header);
         let interval = (shortest / 4.0).clamp(0.05, 1.0);
-        let method = slf.getattr(intern!(py, "_sweep"))?;
-        let delay = interval.into_pyobject(py)?;
-        let timer = LoopCore::call_later_impl(
-            this.loop_.bind(py),
-            delay.as_any(),
-            &method,
-            PyTuple::empty(py),
-            None,
-        )?;
-        this.state.borrow(py)?.sweep = Some(timer.into_any());
+        let timer = Self::call_later(slf, interval, intern!(py, "_sweep"))?;
+        this.state.borrow(py)?.sweep = Some(timer);
         Ok(())
     }
 }
@@ -470,18 +537,21 @@ impl Peer {
     }
 }
 
+/// Seconds the listener rests after running out of fds or memory (asyncio's
+/// `constants.ACCEPT_RETRY_DELAY`).
+const ACCEPT_RETRY_DELAY: f64 = 1.0;
+
+fn is_resource_exhaustion(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
 fn is_transient_accept_error(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
-        Some(
-            libc::EMFILE
-                | libc::ENFILE
-                | libc::ENOBUFS
-                | libc::ENOMEM
-                | libc::ECONNABORTED
-                | libc::EPROTO
-                | libc::EINTR
-        )
+        Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR)
     )
 }
 
