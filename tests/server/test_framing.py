@@ -1,5 +1,6 @@
 """Strict framing: a request whose length is ambiguous or malformed is rejected and the
-connection closed (RFC 9112 sections 6.1 and 6.3, and 5.1/5.2 for header field syntax), so
+connection closed (RFC 9112 sections 6.1 and 6.3, 5.1/5.2 for header field syntax and 3.2 for
+Host), so
 that no front proxy and this server can disagree about where a request ends.
 
 Each case is sent in one write and, to show the server does not read past the error, is
@@ -88,6 +89,14 @@ CASES = [
         {400, 501},
         id="transfer-encoding-without-chunked",
     ),
+    # RFC 9112 3.2: an HTTP/1.1 request has exactly one Host line; two could name different
+    # hosts to a proxy in front and to the app behind it.
+    pytest.param(b"GET /hello HTTP/1.1\r\n\r\n", {400}, id="http11-without-host"),
+    pytest.param(
+        b"GET /hello HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n",
+        {400},
+        id="two-host-lines",
+    ),
     pytest.param(b"HELLO\r\n\r\n", {400}, id="garbage-request-line"),
     pytest.param(b"GET /hello HTTP/1.1 extra\r\n" + HOST + b"\r\n", {400}, id="extra-token"),
     pytest.param(
@@ -129,3 +138,9 @@ def test_server_keeps_serving_after_a_rejected_request(server, connect):
     bad.send(b"HELLO\r\n\r\n")
     assert bad.read_response().status == 400
     assert connect(server).request("GET", "/hello").body == b"hello, world"
+
+
+def test_http10_request_without_host_is_served(server, connect):
+    connection = connect(server)
+    connection.send(b"GET /hello HTTP/1.0\r\n\r\n")
+    assert connection.read_response().body == b"hello, world"

@@ -141,6 +141,12 @@ const TE_NOT_FINAL_CHUNKED: HttpError = HttpError::new(
     400,
     "transfer-encoding whose final coding is not chunked; the body length is unknown",
 );
+const MISSING_HOST: HttpError = HttpError::new(
+    400,
+    "HTTP/1.1 request without a host header (RFC 9112 §3.2)",
+);
+const SEVERAL_HOSTS: HttpError =
+    HttpError::new(400, "more than one host header line (RFC 9112 §3.2)");
 const TE_UNSUPPORTED: HttpError = HttpError::new(
     501,
     "unsupported transfer-encoding; only `chunked` alone is supported",
@@ -303,8 +309,11 @@ fn map_error(err: httparse::Error, view: &[u8], req: &httparse::Request<'_, '_>)
     }
 }
 
-/// Decides `body`, `keep_alive` and `expect_continue` from the (lowercased) header fields.
+/// Decides `body`, `keep_alive` and `expect_continue` from the (lowercased) header fields, and
+/// applies RFC 9112 §3.2: an HTTP/1.1 request has exactly one `Host` line, an HTTP/1.0 request
+/// at most one (two could name different hosts to a proxy and to the app).
 fn decide_framing(buf: &[u8], head: &mut Head) -> Result<(), HttpError> {
+    let mut hosts = 0usize;
     let mut content_length: Option<u64> = None;
     let mut transfer_encoding = false;
     let mut codings = 0usize;
@@ -339,6 +348,7 @@ fn decide_framing(buf: &[u8], head: &mut Head) -> Result<(), HttpError> {
                 }
             }
             b"expect" => expect_continue |= value.eq_ignore_ascii_case(b"100-continue"),
+            b"host" => hosts += 1,
             _ => {}
         }
     }
@@ -367,6 +377,12 @@ fn decide_framing(buf: &[u8], head: &mut Head) -> Result<(), HttpError> {
         Version::Http10 => keep_alive_token && !close,
     };
     head.expect_continue = head.version == Version::Http11 && expect_continue;
+    if hosts > 1 {
+        return Err(SEVERAL_HOSTS);
+    }
+    if hosts == 0 && head.version == Version::Http11 {
+        return Err(MISSING_HOST);
+    }
     Ok(())
 }
 

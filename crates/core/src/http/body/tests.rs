@@ -4,7 +4,7 @@
 use super::*;
 use crate::http::request::{parse_head, Head, Limits};
 
-const NEXT: &[u8] = b"GET /next HTTP/1.1\r\n\r\n";
+const NEXT: &[u8] = b"GET /next HTTP/1.1\r\nHost: h\r\n\r\n";
 
 /// What decoding a whole input produced.
 #[derive(Debug, PartialEq, Eq)]
@@ -277,7 +277,7 @@ fn decoding_after_done_consumes_nothing() {
 /// Three requests in one read: a Content-Length body, a chunked body, and a bodiless GET.
 #[test]
 fn pipelined_requests_with_bodies() {
-    let mut buf = b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloPOST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x\r\nabc\r\n0\r\nT: 1\r\n\r\nGET /c HTTP/1.1\r\n\r\n".to_vec();
+    let mut buf = b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhelloPOST /b HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3;x\r\nabc\r\n0\r\nT: 1\r\n\r\nGET /c HTTP/1.1\r\nHost: h\r\n\r\n".to_vec();
     let limits = Limits::default();
     let mut head = Head::default();
     let mut at = 0;
