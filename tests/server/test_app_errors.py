@@ -1,5 +1,8 @@
 """Errors in the app: 500 if no response started (traceback in the log), else the connection
-is closed so the client sees an incomplete response; an app that never responds gets a 500."""
+is closed so the client sees an incomplete response; an app that never responds gets a 500.
+A body that disagrees with the content-length the app declared is an app error too: a longer
+one would be read as the start of the next response, a shorter one would leave the client
+waiting."""
 
 from __future__ import annotations
 
@@ -60,3 +63,46 @@ def test_server_keeps_serving_after_app_errors(server, connect):
     for target in ("/raise-before-start?key=again", "/raise-after-start", "/no-response"):
         connect(server).request("GET", target)
     assert connect(server).request("GET", "/hello").body == b"hello, world"
+
+
+def declared_length_result(server, connect, key: str) -> str:
+    return connect(server).request("GET", f"/result?key={key}").body.decode()
+
+
+def test_body_matching_its_declared_length_in_parts_keeps_the_connection(server, connect):
+    key = uuid.uuid4().hex
+    connection = connect(server)
+    response = connection.request("GET", f"/declared-length?declare=10&parts=01234,56789&key={key}")
+    assert (response.status, response.body, response.complete) == (200, b"0123456789", True)
+    assert connection.request("GET", "/hello").body == b"hello, world"
+    assert declared_length_result(server, connect, key) == '"no error"'
+
+
+@pytest.mark.parametrize("parts", ["toolong", "0123,456789"], ids=["one-part", "second-part"])
+def test_body_longer_than_its_declared_length_is_refused(server, connect, parts):
+    key = uuid.uuid4().hex
+    connection = connect(server)
+    connection.send(
+        f"GET /declared-length?declare=4&parts={parts}&key={key} HTTP/1.1\r\nHost: t\r\n\r\n"
+        "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n".encode()
+    )
+    head_and_rest = connection.read_until_close()
+    # At most the declared 4 bytes of body, then the connection ends: no byte past the declared
+    # length can be mistaken for the answer to the pipelined request.
+    assert b"hello, world" not in head_and_rest
+    body = head_and_rest.partition(b"\r\n\r\n")[2]
+    assert len(body) <= 4, head_and_rest
+    # send() raised (ferroloop: "longer than Content-Length"; h11: "Too much data for declared
+    # Content-Length").
+    assert "Content-Length" in declared_length_result(server, connect, key)
+
+
+def test_body_shorter_than_its_declared_length_closes_the_connection(server, connect):
+    key = uuid.uuid4().hex
+    connection = connect(server)
+    response = connection.request("GET", f"/declared-length?declare=10&parts=short&key={key}")
+    assert response.status == 200
+    assert not response.complete
+    assert response.body == b"short"
+    assert connection.eof
+    assert "Content-Length" in declared_length_result(server, connect, key)

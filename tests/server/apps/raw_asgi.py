@@ -300,6 +300,28 @@ async def pid(scope: Any, receive: Any, send: Any) -> None:
     await _json(send, {"pid": os.getpid(), "ppid": os.getppid()})
 
 
+async def declared_length(scope: Any, receive: Any, send: Any) -> None:
+    """Declare ``content-length: <declare>`` and send the comma-separated ``parts``; what
+    send() raised, if anything, is kept under ``key``."""
+    query = _query(scope)
+    parts = [part.encode() for part in query["parts"].split(",")]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-length", query["declare"].encode())],
+        }
+    )
+    try:
+        for index, part in enumerate(parts):
+            more = index < len(parts) - 1
+            await send({"type": "http.response.body", "body": part, "more_body": more})
+    except Exception as exc:
+        RESULTS[query["key"]] = f"{type(exc).__name__}: {exc}"
+        raise
+    RESULTS[query["key"]] = "no error"
+
+
 async def pathsend(scope: Any, receive: Any, send: Any) -> None:
     path = _query(scope)["path"]
     size = os.path.getsize(path)
@@ -387,6 +409,7 @@ ROUTES = {
     "/slow": slow,
     "/pid": pid,
     "/pathsend": pathsend,
+    "/declared-length": declared_length,
     "/zerocopysend": zerocopysend,
     "/trailers": trailers,
     "/split-trailers": split_trailers,

@@ -70,6 +70,8 @@ pub(super) struct Response {
     pub(super) trailers: bool,
     pub(super) framing: Option<Framing>,
     pub(super) body_done: bool,
+    /// Body bytes sent so far, checked against a declared `content-length`.
+    pub(super) body_sent: u64,
     /// Trailer fields received so far (`more_trailers`), written after the last chunk.
     pub(super) pending_trailers: Vec<(Vec<u8>, Vec<u8>)>,
 }
@@ -118,6 +120,8 @@ pub(super) struct Effects {
     pub(super) close: bool,
     /// Run the state machine again (a pipelined request may be waiting).
     pub(super) advance: bool,
+    /// Raised by `send()` once the other effects ran (the bytes before the error still go out).
+    pub(super) error: Option<PyErr>,
 }
 
 #[pyclass(module = "ferroloop._native", name = "Connection", frozen)]

@@ -15,8 +15,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
 use super::conn::{
-    flush_now, ready_none, start_closing, Conn, ConnState, Effects, Phase, Request, COPY_MAX,
-    WRITE_HIGH,
+    flush_now, ready_none, start_closing, Conn, ConnState, Effects, Phase, Request, Response,
+    COPY_MAX, WRITE_HIGH,
 };
 use super::scope;
 use super::HttpServer;
@@ -63,32 +63,11 @@ impl Conn {
                     false
                 }
                 "http.response.body" => {
-                    let body = message.get_item(intern!(py, "body"))?;
                     let more = flag(message, intern!(py, "more_body"))?;
-                    // `bytes` (what apps send) is read in place; other bytes-like objects go
-                    // through the buffer protocol.
-                    let bytes = body.as_ref().and_then(|b| b.cast::<PyBytes>().ok());
-                    let buf = match (&body, bytes) {
-                        (Some(b), None) if !b.is_none() => Some(
-                            pyo3::buffer::PyBuffer::<u8>::get(b)
-                                .map_err(|_| PyTypeError::new_err("'body' must be bytes-like"))?,
-                        ),
-                        _ => None,
-                    };
-                    let data: &[u8] = match (bytes, &buf) {
-                        (Some(b), _) => b.as_bytes(),
-                        // SAFETY: a contiguous u8 buffer of `len_bytes()` bytes, kept alive by
-                        // `buf` for this scope; nothing here runs Python code that could resize it.
-                        (None, Some(b)) if b.is_c_contiguous() => unsafe {
-                            std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
-                        },
-                        (None, Some(_)) => {
-                            return Err(PyTypeError::new_err("'body' must be contiguous"));
-                        }
-                        (None, None) => b"",
-                    };
-                    let body = Body::Bytes(data);
-                    Self::send_body(py, fd, server, &mut st, &mut fx, body, more)?
+                    with_body(message, |data| {
+                        let body = Body::Bytes(data);
+                        Self::send_body(py, fd, server, &mut st, &mut fx, body, more)
+                    })?
                 }
                 "http.response.pathsend" => {
                     let body = pathsend_body(message)?;
@@ -127,7 +106,11 @@ impl Conn {
         } else {
             None
         };
+        let error = fx.error.take();
         Self::apply(slf, fx)?;
+        if let Some(e) = error {
+            return Err(e);
+        }
         match fut {
             Some(f) => Ok(f),
             None => ready_none(py),
@@ -149,29 +132,7 @@ impl Conn {
             Body::Bytes(b) => b.len() as u64,
             Body::File(_, _, n) => *n,
         };
-        let (framing, trailers, status) = {
-            let req = st.req.as_mut().expect("current");
-            if !req.resp.started {
-                return Err(PyRuntimeError::new_err(
-                    "Unexpected ASGI message 'http.response.body' sent, before 'http.response.start'.",
-                ));
-            }
-            if req.resp.body_done {
-                return Err(PyRuntimeError::new_err(
-                    "Unexpected ASGI message 'http.response.body' sent, after the last body part.",
-                ));
-            }
-            if req.resp.framing.is_none() {
-                let known = (!more && !req.resp.trailers).then_some(body_len);
-                let framing = write_head(py, server, &mut st.out, req, known)?;
-                req.resp.framing = Some(framing);
-            }
-            (
-                req.resp.framing.expect("set above"),
-                req.resp.trailers,
-                req.resp.status,
-            )
-        };
+        let (framing, trailers, status) = Self::begin_body_part(py, server, st, body_len, more)?;
         let mut extra: &[u8] = b"";
         let mut after: &[u8] = b"";
         if framing.send_body && body_len > 0 {
@@ -204,14 +165,12 @@ impl Conn {
             req.resp.body_done = true;
         }
         if last && !trailers && framing.chunked {
-            {
-                // Written after `extra`, so queued behind it below.
-                after = if after.is_empty() {
-                    b"0\r\n\r\n"
-                } else {
-                    b"\r\n0\r\n\r\n"
-                };
-            }
+            // Written after `extra`, so queued behind it below.
+            after = if after.is_empty() {
+                b"0\r\n\r\n"
+            } else {
+                b"\r\n0\r\n\r\n"
+            };
         }
         // Try the socket now: the head, queued bytes and `extra` in one vectored write.
         if extra.is_empty() {
@@ -234,11 +193,55 @@ impl Conn {
             st.writing = true;
             fx.writing = Some(true);
         }
+        if last {
+            // What was sent goes out, but a short response is never complete: the app's error
+            // ends its task, the connection is closed, and the client sees the truncation.
+            fx.error = st
+                .req
+                .as_ref()
+                .expect("current")
+                .resp
+                .short_of_declared(framing);
+            if fx.error.is_some() {
+                return Ok(false);
+            }
+        }
         if last && !trailers {
             Self::complete(py, server, st, fx, status, framing.keep_alive);
             return Ok(false);
         }
         Ok(st.out.pending() > WRITE_HIGH)
+    }
+
+    /// Checks that a body part may be sent now, writes the head before the first one, and
+    /// counts the part against a declared length. Returns the framing, whether trailers follow,
+    /// and the status.
+    fn begin_body_part(
+        py: Python<'_>,
+        server: &HttpServer,
+        st: &mut ConnState,
+        body_len: u64,
+        more: bool,
+    ) -> PyResult<(Framing, bool, u16)> {
+        let req = st.req.as_mut().expect("current");
+        if !req.resp.started {
+            return Err(PyRuntimeError::new_err(
+                "Unexpected ASGI message 'http.response.body' sent, before 'http.response.start'.",
+            ));
+        }
+        if req.resp.body_done {
+            return Err(PyRuntimeError::new_err(
+                "Unexpected ASGI message 'http.response.body' sent, after the last body part.",
+            ));
+        }
+        if req.resp.framing.is_none() {
+            let known = (!more && !req.resp.trailers).then_some(body_len);
+            let framing = write_head(py, server, &mut st.out, req, known)?;
+            req.resp.framing = Some(framing);
+        }
+        let framing = req.resp.framing.expect("set above");
+        req.resp.count_body(framing, body_len)?;
+        Ok((framing, req.resp.trailers, req.resp.status))
     }
 
     pub(super) fn send_trailers(
@@ -361,6 +364,61 @@ impl Conn {
             start_closing(st, fx, fd);
         }
     }
+}
+
+/// A body that disagrees with the declared length would desynchronise the client: more bytes
+/// would be read as the next response, fewer would leave it waiting.
+impl Response {
+    /// Counts `len` more body bytes; refuses them (nothing written) past a declared length.
+    fn count_body(&mut self, framing: Framing, len: u64) -> PyResult<()> {
+        if let (true, Some(declared)) = (framing.send_body, framing.content_length) {
+            let sent = self.body_sent + len;
+            if sent > declared {
+                return Err(PyRuntimeError::new_err(format!(
+                    "Response content longer than Content-Length: {sent} bytes sent, \
+                     {declared} declared; nothing of this part was written"
+                )));
+            }
+            self.body_sent = sent;
+        }
+        Ok(())
+    }
+
+    /// After the last body part: the error if fewer bytes than declared were sent.
+    fn short_of_declared(&self, framing: Framing) -> Option<PyErr> {
+        let declared = framing.content_length.filter(|_| framing.send_body)?;
+        (self.body_sent < declared).then(|| {
+            PyRuntimeError::new_err(format!(
+                "Response content shorter than Content-Length: {} bytes sent, {declared} \
+                 declared",
+                self.body_sent
+            ))
+        })
+    }
+}
+
+/// Calls `f` with the message's `body`: a `bytes` object (what apps send) read in place, another
+/// bytes-like object through the buffer protocol, an absent or `None` body as empty.
+fn with_body<R>(message: &Bound<'_, PyDict>, f: impl FnOnce(&[u8]) -> PyResult<R>) -> PyResult<R> {
+    let Some(body) = message
+        .get_item(intern!(message.py(), "body"))?
+        .filter(|b| !b.is_none())
+    else {
+        return f(b"");
+    };
+    if let Ok(bytes) = body.cast::<PyBytes>() {
+        return f(bytes.as_bytes());
+    }
+    let buf = pyo3::buffer::PyBuffer::<u8>::get(&body)
+        .map_err(|_| PyTypeError::new_err("'body' must be bytes-like"))?;
+    if !buf.is_c_contiguous() {
+        return Err(PyTypeError::new_err("'body' must be contiguous"));
+    }
+    // SAFETY: a contiguous u8 buffer of `len_bytes()` bytes, kept alive by `buf` until `f`
+    // returns; `f` writes it to the socket or copies it and runs no Python code that could
+    // resize it.
+    let data = unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
+    f(data)
 }
 
 fn version_str(v: Version) -> &'static str {
