@@ -8,9 +8,9 @@ starts it again, minus the tests already done, after a hang or a crash). A worke
    ``tearDownModule`` (and ``test_runners``' ``tearDown``) calls
    ``asyncio.set_event_loop_policy(None)``, after which asyncio lazily builds a fresh
    ``asyncio.DefaultEventLoopPolicy()``; with the patch that is the loop under test again;
-2. counts every loop the policy (and, for the per-loop mixins, ``create_event_loop``)
-   hands out, and fails loudly on a loop of the wrong type, so the report can prove which
-   tests really ran on the loop under test;
+2. counts every loop the policy (and, for the per-loop classes, their loop factory) hands
+   out, and fails loudly on a loop of the wrong type, so the report can prove which tests
+   really ran on the loop under test;
 3. runs the module's selected tests with unittest and writes one JSON line per event to
    ``--results``: ``plan`` (the test ids), ``start``, ``result``, and ``done``;
 4. arms a faulthandler watchdog around each test: a test that outlives ``--test-timeout``
@@ -35,6 +35,7 @@ import unittest
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
+from unittest import mock
 
 LOOPS = ("ferroloop", "uvloop", "asyncio")
 # Cap on the traceback text kept per test: enough for the frames that matter.
@@ -44,57 +45,160 @@ START_MARKER = "\n### cpython_asyncio_worker: start "
 
 
 @dataclass(frozen=True)
+class PerLoop:
+    """A TestCase built for the loop under test, the way the module builds its own per-loop
+    classes (``EPollEventLoopTests``, ``SelectorStartServerTests``): named after the loop
+    (``Ferroloop`` + ``name``), derived from the module's classes ``bases``, with the method
+    ``factory`` (``create_event_loop``, or ``new_loop`` in the functional tests) returning a
+    loop under test. ``test_utils.TestCase`` is added unless a base is a TestCase already.
+    ``adapt``, if given, is applied to each loop before the test gets it.
+    """
+
+    name: str
+    bases: tuple[str, ...]
+    factory: str = "create_event_loop"
+    adapt: Callable[[Any], Any] | None = None
+    # For classes whose setUp calls asyncio.SelectorEventLoop() itself: the loop under test
+    # takes that name while setUp runs.
+    patch_selector_loop: bool = False
+
+
+@dataclass(frozen=True)
 class Selection:
     """Which tests of one ``test.test_asyncio`` module run on the loop under test.
 
     ``classes`` names TestCase classes of the module that take their loop from the policy
-    (``None``: every class the module defines). ``per_loop`` maps a class name to the
-    module's mixins it is built from: a TestCase, named after the loop (``Ferroloop`` +
-    name), whose ``create_event_loop`` returns a loop under test, the way the module
-    builds its own ``EPollEventLoopTests`` on ``asyncio.SelectorEventLoop``.
+    (``None``: every class the module defines); ``tests`` names single tests
+    (``Class.test_name``) of classes that otherwise build asyncio's loops or mocks;
+    ``per_loop`` lists the classes built for the loop under test (``PerLoop``). ``exclude``
+    drops single tests (``Class.test_name``, the class as the test id names it) of those that
+    test asyncio's implementation rather than the loop (each listed in EXCEPTIONS.md).
     """
 
     classes: tuple[str, ...] | None = None
-    per_loop: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    tests: tuple[str, ...] = ()
+    per_loop: tuple[PerLoop, ...] = ()
+    exclude: tuple[str, ...] = ()
 
 
-# Modules whose tests reach the loop through the policy are run whole; the modules that
-# build a test class per selector are run through their mixins only (their own classes
-# would test asyncio's selector loops). Slowest first, so they do not start last.
+def track_shutdown_asyncgens(loop: Any) -> Any:
+    """What ``test_runners.BaseTest.new_loop`` adds to its mocked loop, on a real one.
+
+    Its ``tearDown`` asserts ``loop.shutdown_ag_run``: that ``asyncio.run``/``Runner`` called
+    ``shutdown_asyncgens()``. The mock replaces the method; here the loop's own one still runs.
+    """
+    shutdown_asyncgens = loop.shutdown_asyncgens
+    loop.shutdown_ag_run = False
+
+    async def tracked() -> None:
+        loop.shutdown_ag_run = True
+        await shutdown_asyncgens()
+
+    loop.shutdown_asyncgens = tracked
+    return loop
+
+
+# Modules whose tests reach the loop through the policy are run whole. Of the others, the
+# classes (or single tests) that take the policy's loop are named, and the classes that the
+# module builds per selector, or that build asyncio.SelectorEventLoop() in setUp, run as
+# PerLoop classes on the loop under test. Slowest first, so they do not start last.
 #
-# Left out, because no test in them touches the loop under test: test_futures and
-# test_pep492 (their loops are test_utils.TestLoop or a mocked asyncio.BaseEventLoop),
-# test_runners (its TestPolicy hands out mocked BaseEventLoops), the modules testing
-# asyncio's own loops, transports and protocol objects (test_base_events,
-# test_selector_events, test_proactor_events, test_unix_events, test_windows_*,
-# test_sslproto, test_transports, test_protocols), and test_server, test_buffered_proto
-# and test_ssl, whose loop factories are hardwired to asyncio's classes.
+# Left out, because they never run the loop under test or test asyncio's implementation
+# rather than a loop's behaviour (EXCEPTIONS.md lists them with the reasons): test_futures
+# and test_pep492 (test_utils.TestLoop or a mocked asyncio.BaseEventLoop), test_selector_events,
+# test_proactor_events and test_windows_* (asyncio's own loops), test_transports and
+# test_protocols (abstract classes), and in the modules below, the classes that run on
+# TestLoop or mocks or patch asyncio's private helpers.
 MODULES: dict[str, Selection] = {
+    "test_tasks": Selection(),
+    "test_subprocess": Selection(
+        # Every child watcher, each on a loop under test; MultiLoopChildWatcher is skipped
+        # by CPython itself, SubprocessTransportTests runs on TestLoop.
+        classes=(
+            "SubprocessThreadedWatcherTests",
+            "SubprocessSafeWatcherTests",
+            "SubprocessFastWatcherTests",
+            "SubprocessPidfdWatcherTests",
+            "GenericWatcherTests",
+        )
+    ),
+    "test_ssl": Selection(),
+    "test_taskgroups": Selection(),
+    "test_sslproto": Selection(
+        classes=("SslProtoHandshakeTests",),
+        per_loop=(PerLoop("StartTLSTests", ("SelectorStartTLSTests",), "new_loop"),),
+    ),
     "test_events": Selection(
         classes=(
             "HandleTests",
             "TimerTests",
+            "PolicyTests",
             "TestPyGetEventLoop",
             "TestCGetEventLoop",
             "TestServer",
             "TestAbstractServer",
         ),
-        per_loop=(("EventLoopTests", ("UnixEventLoopTestsMixin", "SubprocessTestsMixin")),),
+        tests=("AbstractEventLoopTests.test_not_implemented_async",),
+        per_loop=(PerLoop("EventLoopTests", ("UnixEventLoopTestsMixin", "SubprocessTestsMixin")),),
     ),
-    "test_tasks": Selection(),
-    "test_sock_lowlevel": Selection(classes=(), per_loop=(("SockTests", ("BaseSockTestsMixin",)),)),
-    "test_taskgroups": Selection(),
-    # The other watcher classes exercise asyncio's own child-watcher machinery.
-    "test_subprocess": Selection(classes=("SubprocessThreadedWatcherTests",)),
-    "test_locks": Selection(),
+    "test_sendfile": Selection(
+        classes=(), per_loop=(PerLoop("SendfileTests", ("SendfileTestsBase",)),)
+    ),
     "test_waitfor": Selection(),
+    "test_locks": Selection(),
+    "test_sock_lowlevel": Selection(
+        classes=(), per_loop=(PerLoop("SockTests", ("BaseSockTestsMixin",)),)
+    ),
     "test_streams": Selection(),
-    "test_sendfile": Selection(classes=(), per_loop=(("SendfileTests", ("SendfileTestsBase",)),)),
+    "test_base_events": Selection(
+        classes=("RunningLoopTests",),
+        tests=(
+            "BaseEventLoopTests.test_create_task_error_closes_coro",
+            "BaseEventLoopTests.test_create_named_task_with_default_factory",
+            "BaseEventLoopTests.test_create_named_task_with_custom_factory",
+        ),
+    ),
+    "test_queues": Selection(),
+    "test_timeouts": Selection(),
+    "test_runners": Selection(
+        classes=(),
+        per_loop=(
+            PerLoop("RunTests", ("RunTests",), "new_loop", track_shutdown_asyncgens),
+            PerLoop("RunnerTests", ("RunnerTests",), "new_loop", track_shutdown_asyncgens),
+        ),
+    ),
+    "test_server": Selection(
+        classes=(),
+        per_loop=(PerLoop("StartServerTests", ("SelectorStartServerTests",), "new_loop"),),
+    ),
+    "test_unix_events": Selection(
+        classes=("SelectorEventLoopUnixSockSendfileTests", "PolicyTests", "TestFunctional"),
+        per_loop=(
+            PerLoop(
+                "UnixSocketTests", ("SelectorEventLoopUnixSocketTests",), patch_selector_loop=True
+            ),
+        ),
+        exclude=(
+            # Patches asyncio.unix_events.socket, which only asyncio's create_unix_server reads.
+            "{loop}UnixSocketTests.test_create_unix_server_bind_error",
+            # Patches asyncio.unix_events.os, which only asyncio's _sock_sendfile_native reads.
+            "SelectorEventLoopUnixSockSendfileTests.test_sock_sendfile_not_available",
+            # Call asyncio's private helper _sock_sendfile_native_impl directly.
+            "SelectorEventLoopUnixSockSendfileTests.test_sock_sendfile_blocking_error",
+            "SelectorEventLoopUnixSockSendfileTests.test_sock_sendfile_cancel1",
+            "SelectorEventLoopUnixSockSendfileTests.test_sock_sendfile_cancel2",
+            "SelectorEventLoopUnixSockSendfileTests.test_sock_sendfile_exception",
+            "SelectorEventLoopUnixSockSendfileTests.test_sock_sendfile_os_error_first_call",
+            "SelectorEventLoopUnixSockSendfileTests.test_sock_sendfile_os_error_next_call",
+        ),
+    ),
+    "test_buffered_proto": Selection(
+        classes=(),
+        per_loop=(PerLoop("BufferedProtocolTests", ("BaseTestBufferedProtocol",), "new_loop"),),
+    ),
     "test_context": Selection(),
     "test_futures2": Selection(),
-    "test_queues": Selection(),
     "test_threads": Selection(),
-    "test_timeouts": Selection(),
 }
 
 
@@ -143,14 +247,16 @@ def install_loop(name: str) -> tuple[LoopCounter, Callable[[], asyncio.AbstractE
             return counter.note(uvloop.new_event_loop())
 
     else:
-        counter = LoopCounter(asyncio.SelectorEventLoop)
+        # Bound now: per-loop classes may patch the name asyncio.SelectorEventLoop.
+        selector_loop = asyncio.SelectorEventLoop
+        counter = LoopCounter(selector_loop)
         base_policy = asyncio.DefaultEventLoopPolicy
 
         def policy_loop(policy: Any) -> asyncio.AbstractEventLoop:
             return super(CountingPolicy, policy).new_event_loop()
 
         def direct_loop() -> asyncio.AbstractEventLoop:
-            return counter.note(asyncio.SelectorEventLoop())
+            return counter.note(selector_loop())
 
     class CountingPolicy(base_policy):  # type: ignore[valid-type,misc]
         def new_event_loop(self) -> asyncio.AbstractEventLoop:
@@ -202,8 +308,6 @@ def build_suite(
     module_name: str, selection: Selection, loop_name: str, make_loop: Callable[[], Any]
 ) -> unittest.TestSuite:
     module = importlib.import_module(f"test.test_asyncio.{module_name}")
-    from test.test_asyncio import utils as test_utils
-
     loader = unittest.TestLoader()
     suite = unittest.TestSuite()
     if selection.classes is None:
@@ -212,20 +316,42 @@ def build_suite(
         for class_name in selection.classes:
             if hasattr(module, class_name):  # some classes are platform-conditional
                 suite.addTests(loader.loadTestsFromTestCase(getattr(module, class_name)))
-    for name, mixin_names in selection.per_loop:
-        bases = tuple(getattr(module, mixin) for mixin in mixin_names)
-        class_name = loop_name.capitalize() + name
-        test_class = type(
-            class_name,
-            (*bases, test_utils.TestCase),
-            {
-                "create_event_loop": lambda self: make_loop(),
-                "__module__": module.__name__,
-                "__qualname__": class_name,
-            },
+    for name in selection.tests:
+        suite.addTest(loader.loadTestsFromName(name, module))
+    for per_loop in selection.per_loop:
+        suite.addTests(
+            loader.loadTestsFromTestCase(per_loop_class(module, per_loop, loop_name, make_loop))
         )
-        suite.addTests(loader.loadTestsFromTestCase(test_class))
-    return suite
+    prefix = loop_name.capitalize()
+    excluded = {f"{module.__name__}.{name.format(loop=prefix)}" for name in selection.exclude}
+    unknown = excluded - {test.id() for test in iter_tests(suite)}
+    if unknown:
+        raise LookupError(f"excluded tests that the suite does not have: {sorted(unknown)}")
+    return unittest.TestSuite(test for test in iter_tests(suite) if test.id() not in excluded)
+
+
+def per_loop_class(
+    module: Any, per_loop: PerLoop, loop_name: str, make_loop: Callable[[], Any]
+) -> type[unittest.TestCase]:
+    from test.test_asyncio import utils as test_utils
+
+    bases = tuple(getattr(module, base) for base in per_loop.bases)
+    if not any(issubclass(base, unittest.TestCase) for base in bases):
+        bases += (test_utils.TestCase,)
+    adapt = per_loop.adapt or (lambda loop: loop)
+    class_name = loop_name.capitalize() + per_loop.name
+    namespace: dict[str, Any] = {"__module__": module.__name__, "__qualname__": class_name}
+    if per_loop.patch_selector_loop:
+        base_setup = bases[0].setUp
+
+        def setUp(self: Any) -> None:
+            with mock.patch("asyncio.SelectorEventLoop", lambda: adapt(make_loop())):
+                base_setup(self)
+
+        namespace["setUp"] = setUp
+    else:
+        namespace[per_loop.factory] = lambda self: adapt(make_loop())
+    return type(class_name, bases, namespace)
 
 
 def iter_tests(suite: unittest.TestSuite) -> Iterator[unittest.TestCase]:

@@ -15,7 +15,8 @@ are booked as errors.
 
 Proof that the tests ran on the loop under test: the worker counts the loops it hands
 out (and refuses loops of another type); the summary shows per module how many tests
-created one ("on loop"), and the run fails if any module created none.
+created one ("on loop"), and the run fails if any module, or any per-loop class
+(``FerroloopEventLoopTests``...), created none.
 
 Usage (from the repository root, in the venv)::
 
@@ -161,6 +162,23 @@ def run_module(name: str, args: argparse.Namespace, env: dict[str, str]) -> dict
         "seconds": round(time.monotonic() - started, 1),
         "tests": dict(sorted(tests.items())),
     }
+
+
+def idle_per_loop_classes(loop: str, modules: dict[str, dict[str, Any]]) -> list[str]:
+    """The per-loop classes (``Ferroloop...``) none of whose tests got a loop under test.
+
+    Such a class would run on whatever loop the module builds by itself: its loop factory
+    override did not take (the module renamed the method, say).
+    """
+    loops_by_class: dict[str, int] = {}
+    for report in modules.values():
+        for test_id, record in report["tests"].items():
+            module, _, rest = test_id.partition(".test_asyncio.")[2].partition(".")
+            class_name = rest.partition(".")[0]
+            if class_name.startswith(loop.capitalize()):
+                key = f"{module}.{class_name}"
+                loops_by_class[key] = loops_by_class.get(key, 0) + record["loops"]
+    return sorted(name for name, loops in loops_by_class.items() if loops == 0)
 
 
 def error_record(detail: str) -> dict[str, Any]:
@@ -358,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     print_summary(args.loop, modules, args.verbose)
     ok = True
     idle = [name for name, report in modules.items() if report["loops"] == 0]
+    idle += idle_per_loop_classes(args.loop, modules)
     if idle:
         ok = False
         print(f"FAIL: no {args.loop} loop was created by: {', '.join(idle)}")
