@@ -107,6 +107,16 @@ pub(super) struct ConnState {
     pub(super) header_clock: bool,
 }
 
+/// One access log line: `(client, method, path, http_version, status)`. `client` is the scope's
+/// `"client"` when the response completed, or `None` to name the TCP peer.
+pub(super) type AccessRecord = (
+    Option<Py<PyAny>>,
+    Py<PyString>,
+    Py<PyString>,
+    &'static str,
+    u16,
+);
+
 #[derive(Default)]
 #[must_use]
 pub(super) struct Effects {
@@ -114,7 +124,7 @@ pub(super) struct Effects {
     pub(super) writing: Option<bool>,
     pub(super) resolve: Vec<(Py<PyAny>, Py<PyAny>)>,
     pub(super) logs: Vec<(String, Option<Py<PyAny>>)>,
-    pub(super) access: Option<(Py<PyString>, Py<PyString>, &'static str, u16)>,
+    pub(super) access: Option<AccessRecord>,
     pub(super) close: bool,
     /// Run the state machine again (a pipelined request may be waiting).
     pub(super) advance: bool,
@@ -192,12 +202,10 @@ impl Conn {
         for (message, exc) in fx.logs {
             server.log(py, &message, exc.as_ref().map(|e| e.bind(py)));
         }
-        if let Some((method, path, version, status)) = fx.access {
+        if let Some((client, method, path, version, status)) = fx.access {
             if let Some(log) = server.access_log() {
-                if let Err(e) =
-                    log.bind(py)
-                        .call1((this.client.bind(py), method, path, version, status))
-                {
+                let client = client.unwrap_or_else(|| this.client.clone_ref(py));
+                if let Err(e) = log.bind(py).call1((client, method, path, version, status)) {
                     e.write_unraisable(py, Some(log.bind(py)));
                 }
             }
@@ -354,13 +362,16 @@ impl Conn {
                     Self::reject(py, server, st, fx, &e);
                     return Ok(None);
                 }
-                let (scope, facts) = scope::build_scope(
+                let (scope, mut facts) = scope::build_scope(
                     py,
                     server.base(),
                     &st.rbuf[st.rpos..],
                     &st.head,
                     &this.client,
                 )?;
+                if server.access_log().is_some() {
+                    facts.scope = Some(scope.clone().unbind());
+                }
                 let head = &st.head;
                 let is_head = st.rbuf[st.rpos..][head.method.clone()] == *b"HEAD";
                 let info = RequestInfo {
@@ -646,6 +657,7 @@ impl Conn {
                 visit.call(&req.facts.method)?;
                 visit.call(&req.facts.path)?;
                 visit.call(&req.facts.query)?;
+                visit.call(&req.facts.scope)?;
             }
         }
         Ok(())

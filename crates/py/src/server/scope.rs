@@ -116,6 +116,10 @@ pub struct RequestFacts {
     pub path: Py<PyString>,
     /// The scope's own `query_string` object (shared, not copied).
     pub query: Py<PyBytes>,
+    /// The scope itself, kept only when the access log is on: the log names `scope["client"]`
+    /// as it is when the response completes, i.e. after a proxy-headers middleware (or the
+    /// app) rewrote it, as uvicorn does.
+    pub scope: Option<Py<PyDict>>,
 }
 
 /// Builds the http scope of `head` (whose ranges index `buf`).
@@ -192,6 +196,7 @@ pub fn build_scope<'py>(
         method: method.unbind(),
         path: path.unbind(),
         query: query.unbind(),
+        scope: None,
     };
     Ok((scope, facts))
 }
