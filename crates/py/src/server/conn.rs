@@ -304,8 +304,8 @@ impl Conn {
             }
         };
         Self::apply(slf, fx)?;
-        if let Some((scope, seq)) = start {
-            Self::start_app(slf, &scope, seq)?;
+        if let Some((scope, seq, forwarded)) = start {
+            Self::start_app(slf, &scope, seq, forwarded)?;
         }
         Ok(())
     }
@@ -317,7 +317,7 @@ impl Conn {
         server: &HttpServer,
         st: &mut ConnState,
         fx: &mut Effects,
-    ) -> PyResult<Option<(Bound<'py, PyDict>, u64)>> {
+    ) -> PyResult<Option<(Bound<'py, PyDict>, u64, bool)>> {
         if st.rpos == st.rbuf.len() {
             if st.eof {
                 fx.close = true;
@@ -396,7 +396,8 @@ impl Conn {
                 st.phase = Phase::Busy;
                 st.deadline = f64::INFINITY;
                 st.header_clock = false;
-                Ok(Some((scope, st.seq)))
+                let forwarded = st.req.as_ref().is_some_and(|r| r.facts.forwarded);
+                Ok(Some((scope, st.seq, forwarded)))
             }
         }
     }
@@ -446,7 +447,13 @@ impl Conn {
         Ok(())
     }
 
-    fn start_app(slf: &Bound<'_, Self>, scope: &Bound<'_, PyDict>, seq: u64) -> PyResult<()> {
+    /// `forwarded`: the request carries proxy headers (see `HttpServer::app_for`).
+    fn start_app(
+        slf: &Bound<'_, Self>,
+        scope: &Bound<'_, PyDict>,
+        seq: u64,
+        forwarded: bool,
+    ) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
         let server_b = this.server.bind(py);
@@ -461,7 +468,7 @@ impl Conn {
         let receive = cycle.getattr(intern!(py, "receive"))?;
         let send = cycle.getattr(intern!(py, "send"))?;
         let started = server
-            .app()
+            .app_for(forwarded)
             .bind(py)
             .call1((scope, receive, send))
             .and_then(|coro| LoopCore::create_task(server.loop_core().bind(py), &coro, None, None));

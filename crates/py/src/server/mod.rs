@@ -71,6 +71,8 @@ pub struct HttpServer {
     sock: Py<PyAny>,
     listen_fd: RawFd,
     app: Py<PyAny>,
+    /// `app` without its proxy-headers middleware, if it has one: see `app_for`.
+    plain_app: Option<Py<PyAny>>,
     access_log: Option<Py<PyAny>>,
     log_error: Option<Py<PyAny>>,
     base: ScopeBase,
@@ -101,7 +103,7 @@ impl HttpServer {
     #[pyo3(signature = (r#loop, sock, app, *, root_path="", state=None, scheme="http",
         limit_concurrency=None, timeout_keep_alive=5.0, timeout_header=10.0,
         limit_header_size=65536, limit_headers=100, limit_uri=8192, limit_body=None,
-        server_header=true, date_header=true, access_log=None, log_error=None))]
+        server_header=true, date_header=true, access_log=None, log_error=None, plain_app=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -122,6 +124,7 @@ impl HttpServer {
         date_header: bool,
         access_log: Option<Py<PyAny>>,
         log_error: Option<Py<PyAny>>,
+        plain_app: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let loop_ = r#loop.cast::<LoopCore>().map_err(|_| {
             PyTypeError::new_err("HttpServer needs a ferroloop loop (ferroloop.new_event_loop())")
@@ -151,6 +154,7 @@ impl HttpServer {
             sock: sock.clone().unbind(),
             listen_fd: fd,
             app,
+            plain_app,
             access_log,
             log_error,
             base,
@@ -321,6 +325,7 @@ impl HttpServer {
         visit.call(&self.loop_)?;
         visit.call(&self.sock)?;
         visit.call(&self.app)?;
+        visit.call(&self.plain_app)?;
         visit.call(&self.access_log)?;
         visit.call(&self.log_error)?;
         visit.call(&self.base.server)?;
@@ -362,8 +367,14 @@ impl HttpServer {
         &self.base
     }
 
-    pub(crate) fn app(&self) -> &Py<PyAny> {
-        &self.app
+    /// The app to call for a request: `plain_app` when the request has no `X-Forwarded-*`
+    /// header, since the proxy-headers middleware would leave its scope as it is (whoever the
+    /// peer is); that saves a Python call per request. Otherwise `app`.
+    pub(crate) fn app_for(&self, forwarded: bool) -> &Py<PyAny> {
+        match &self.plain_app {
+            Some(plain) if !forwarded => plain,
+            _ => &self.app,
+        }
     }
 
     pub(crate) fn access_log(&self) -> Option<&Py<PyAny>> {

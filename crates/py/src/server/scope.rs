@@ -120,6 +120,8 @@ pub struct RequestFacts {
     /// as it is when the response completes, i.e. after a proxy-headers middleware (or the
     /// app) rewrote it, as uvicorn does.
     pub scope: Option<Py<PyDict>>,
+    /// The request has an `X-Forwarded-For` or `X-Forwarded-Proto` header.
+    pub forwarded: bool,
 }
 
 /// Builds the http scope of `head` (whose ranges index `buf`).
@@ -173,11 +175,14 @@ pub fn build_scope<'py>(
     scope.set_item(intern!(py, "query_string"), &query)?;
 
     let headers = PyList::empty(py);
+    let mut forwarded = false;
     for (name, value) in &head.headers {
+        let name = &buf[name.clone()];
+        forwarded |= name == b"x-forwarded-for" || name == b"x-forwarded-proto";
         let pair = PyTuple::new(
             py,
             [
-                header_name(py, &buf[name.clone()]).into_any(),
+                header_name(py, name).into_any(),
                 PyBytes::new(py, &buf[value.clone()]).into_any(),
             ],
         )?;
@@ -197,6 +202,7 @@ pub fn build_scope<'py>(
         path: path.unbind(),
         query: query.unbind(),
         scope: None,
+        forwarded,
     };
     Ok((scope, facts))
 }
