@@ -36,7 +36,7 @@ use pyo3::types::{PyDict, PyInt, PyString, PyTuple};
 use pyo3::PyTraverseError;
 
 pub use conn::Conn;
-pub use cycle::{Cycle, Ready};
+pub use cycle::{install_ready_am_send, Cycle, Ready};
 
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
