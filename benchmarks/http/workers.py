@@ -16,6 +16,9 @@ slow one), the total requests/s, and p50/p99 latency. Accept distribution matter
 connections are short, so besides keep-alive loads (wrk `-c64` and `-c256`; connections are
 spread once, then each stays with its worker) there is `close64`: 64 wrk connections sending
 `Connection: close`, so every request is a new connection that some worker must accept.
+`restart` is `close64` with `--limit-max-requests 2000`, so workers are replaced every few hundred
+milliseconds: what matters there is wrk's error count (connections lost while a worker goes
+away); replaced workers take their counts with them, so there are no per-worker counts.
 
 Every cell (mode x workers x load x repeat, repeats outermost, the two modes alternating first)
 starts the server afresh with `benchmarks/http/apps/counting_asgi.py` (hello world that counts
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import signal
@@ -49,11 +53,24 @@ from machine import core_busy_seconds, cpu_model, fmt, git_revision
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 APP = "counting_asgi:app"
 MODES = ("shared", "reuseport")
-# name -> (wrk connections, Lua prelude)
+KEEP_ALIVE = "-- keep-alive: wrk's default request"
+CLOSE = 'wrk.headers["Connection"] = "close"'
+
+
+@dataclass(frozen=True)
+class Load:
+    conns: int  # wrk -c
+    prelude: str  # the request part of wrk's Lua script
+    # --limit-max-requests: each worker is replaced after this many responses (the cost of a
+    # restart: connections that were waiting for a worker that goes away).
+    max_requests: int | None = None
+
+
 LOADS = {
-    "c64": (64, "-- keep-alive: wrk's default request"),
-    "c256": (256, "-- keep-alive: wrk's default request"),
-    "close64": (64, 'wrk.headers["Connection"] = "close"'),
+    "c64": Load(64, KEEP_ALIVE),
+    "c256": Load(256, KEEP_ALIVE),
+    "close64": Load(64, CLOSE),
+    "restart": Load(64, CLOSE, max_requests=2000),
 }
 COUNT_TIMEOUT_S = 10.0
 
@@ -64,10 +81,13 @@ class WorkersServer:
 
     workers: int
     mode: str
+    max_requests: int | None = None
     name: str = "ferroloop"
 
     def command(self, app: str, port: int | str) -> list[str]:
         cmd = [*servers.BY_NAME["ferroloop"].command(app, port), "--workers", str(self.workers)]
+        if self.max_requests:
+            cmd += ["--limit-max-requests", str(self.max_requests)]
         return [*cmd, "--reuse-port"] if self.mode == "reuseport" else cmd
 
 
@@ -133,7 +153,9 @@ def read_counts(count_dir: Path, pids: list[int]) -> list[int]:
 
 def spread(counts: list[int]) -> dict:
     """How evenly the requests went to the workers: max/min and the coefficient of variation."""
-    mean = statistics.fmean(counts) if counts else 0.0
+    if not counts:
+        return {"max_over_min": None, "cv": None, "shares": []}
+    mean = statistics.fmean(counts)
     return {
         "max_over_min": round(max(counts) / min(counts), 3) if min(counts) > 0 else None,
         "cv": round(statistics.pstdev(counts) / mean, 4) if mean else None,
@@ -142,10 +164,10 @@ def spread(counts: list[int]) -> dict:
 
 
 def measure(mode: str, n: int, load: str, args, workdir: Path) -> dict:
-    conns, prelude = LOADS[load]
-    script = wrk.write_script(workdir / f"{load}.lua", prelude)
+    conns, restarts = LOADS[load].conns, LOADS[load].max_requests is not None
+    script = wrk.write_script(workdir / f"{load}.lua", LOADS[load].prelude)
     count_dir = Path(tempfile.mkdtemp(dir=workdir, prefix=f"{mode}-{n}-{load}-"))
-    server = WorkersServer(n, mode)
+    server = WorkersServer(n, mode, LOADS[load].max_requests)
     log_path = count_dir / "server.log"
     env = {"FERROLOOP_BENCH_COUNT_DIR": str(count_dir)}
     pin_server, pin_wrk = ["taskset", "-c", args.server_cpus], ["taskset", "-c", args.wrk_cpus]
@@ -154,7 +176,8 @@ def measure(mode: str, n: int, load: str, args, workdir: Path) -> dict:
         pids = wait_for_workers(count_dir, n, proc)
         url = f"http://{servers.HOST}:{proc.port}/"
         wrk.run(pin_wrk, url, conns, args.warmup, script, threads=args.wrk_threads)
-        before = read_counts(count_dir, pids)
+        # Replaced workers take their counts with them: with restarts, no counts.
+        before = [] if restarts else read_counts(count_dir, pids)
         cores = cpu_list(args.server_cpus) + cpu_list(args.wrk_cpus)
         busy_before = sum(map(core_busy_seconds, cores))
         cpu_before, t0 = proc.cpu_seconds(), time.monotonic()
@@ -162,8 +185,15 @@ def measure(mode: str, n: int, load: str, args, workdir: Path) -> dict:
         window = time.monotonic() - t0
         busy = sum(map(core_busy_seconds, cores)) - busy_before
         server_cpu = proc.cpu_seconds() - cpu_before
-        after = read_counts(count_dir, pids)
-        scenarios.BY_NAME["hello"].check(servers.HOST, proc.port)
+        after = [] if restarts else read_counts(count_dir, pids)
+        problem = None
+        try:
+            scenarios.BY_NAME["hello"].check(servers.HOST, proc.port)
+        except OSError as exc:
+            if not restarts:
+                raise
+            # Between two workers, a connection can be refused: that is what is measured.
+            problem = f"the check after the measurement failed: {exc}"
         proc.stop()
     counts = [a - b for a, b in zip(after, before, strict=True)]
     sample = {
@@ -185,8 +215,10 @@ def measure(mode: str, n: int, load: str, args, workdir: Path) -> dict:
     # The workers count every response they sent; wrk counts the ones it read back before it
     # stopped (up to one per connection still in flight is missing). More apart than that
     # means the counting is wrong, and the cell says so.
-    if abs(sample["counted"] - sample["requests"]) > conns + sample["requests"] // 100:
-        sample["problem"] = f"workers counted {sample['counted']}, wrk {sample['requests']}"
+    if counts and abs(sample["counted"] - sample["requests"]) > conns + sample["requests"] // 100:
+        problem = f"workers counted {sample['counted']}, wrk {sample['requests']}"
+    if problem:
+        sample["problem"] = problem
     return sample
 
 
@@ -249,7 +281,8 @@ def row(n: int, load: str, mode: str, samples: list[dict]) -> str:
         min_med_max([s["rps"] for s in ok], 0),
         min_med_max([s["latency_us"]["p50"] / 1000 for s in ok]),
         min_med_max([s["latency_us"]["p99"] / 1000 for s in ok]),
-        min_med_max([s["max_over_min"] for s in ok]),
+        # A worker that served nothing makes max/min infinite; it counts, as the worst case.
+        min_med_max([s["max_over_min"] or math.inf for s in ok if s["counts"]]),
         min_med_max([s["cv"] for s in ok], 2),
         errors,
         f"{statistics.median([s['other_busy'] for s in ok]):.0%}",
@@ -269,7 +302,28 @@ def table(cells: dict, args) -> str:
         for load in args.loads
         for mode in args.modes
     ]
+    failures = [
+        f"- {mode}, {n} workers, {load}, repeat {s['repeat']}: {s['error'].splitlines()[0]}"
+        for (mode, n, load), samples in cells.items()
+        for s in samples
+        if "error" in s
+    ]
+    if failures:
+        rows.append("\nFailed runs:\n\n" + "\n".join(failures))
     return head + "\n".join(rows) + "\n"
+
+
+def noise_warning(cells: dict) -> str:
+    """A warning line when other processes took more than 10% of the measured cores."""
+    other = [s["other_busy"] for samples in cells.values() for s in samples if "other_busy" in s]
+    if not other or statistics.median(other) <= 0.10:
+        return ""
+    return (
+        f"**A busy machine:** other processes took {statistics.median(other):.0%} of the measured "
+        f"cores (median; {min(other):.0%} to {max(other):.0%}); requests/s and latencies are "
+        f"noisy, rerun on an idle machine. The spread over workers and the error counts are "
+        f"less affected.\n\n"
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -312,11 +366,13 @@ def main(argv: list[str]) -> int:
         f"{args.warmup} s warm-up and {args.duration} s measured per cell, {args.repeats} "
         f"interleaved repeats; load average {meta['load_avg_1min'][0]} at the start, "
         f"{meta['load_avg_1min'][1]} at the end. Loads: `c64`/`c256` keep-alive connections; "
-        f"`close64`: 64 connections sending `Connection: close` (a new connection per request). "
+        f"`close64`: 64 connections sending `Connection: close` (a new connection per request); "
+        f"`restart`: `close64` with `--limit-max-requests 2000` (workers replaced all the time; "
+        f"see the errors). "
         f"Requests per worker are counted by the workers themselves. max/min: the busiest "
         f"worker's count over the idlest's (1 is even); CV: standard deviation over mean of the "
         f'counts. "other load": the share of the measured CPUs used by neither the server nor '
-        f"wrk (noise).\n\n" + table(cells, args)
+        f"wrk (noise).\n\n" + noise_warning(cells) + table(cells, args)
     )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "workers.md").write_text(text)
