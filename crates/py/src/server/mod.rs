@@ -142,13 +142,7 @@ impl HttpServer {
             return Err(PyValueError::new_err("the listening socket is closed"));
         }
         let server_addr = scope_address(py, &sock.call_method0(intern!(py, "getsockname"))?)?;
-        let base = ScopeBase {
-            server: server_addr,
-            scheme: PyString::intern(py, scheme).unbind(),
-            root_path: PyString::new(py, root_path).unbind(),
-            root_path_bytes: root_path.as_bytes().to_vec(),
-            state: state.map(Bound::unbind),
-        };
+        let base = ScopeBase::new(py, server_addr, scheme, root_path, state.map(Bound::unbind))?;
         Ok(Self {
             loop_: loop_.clone().unbind(),
             sock: sock.clone().unbind(),
@@ -328,8 +322,7 @@ impl HttpServer {
         visit.call(&self.plain_app)?;
         visit.call(&self.access_log)?;
         visit.call(&self.log_error)?;
-        visit.call(&self.base.server)?;
-        visit.call(&self.base.state)?;
+        self.base.visit(&visit)?;
         if let Some(st) = self.state.try_borrow_for_gc() {
             for c in st.conns.values() {
                 visit.call(c)?;
