@@ -23,11 +23,11 @@ mod receive;
 mod respond;
 mod scope;
 
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::RawFd;
 
 use ferroloop_core::http::{DateCache, Limits};
+use ferroloop_core::IntMap;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
@@ -57,9 +57,9 @@ struct ServerState {
     /// The listener is registered in the poller.
     listening: bool,
     shutting_down: bool,
-    conns: HashMap<RawFd, Py<Conn>>,
+    conns: IntMap<RawFd, Py<Conn>>,
     /// Running app tasks, by object address.
-    tasks: HashMap<usize, Py<PyAny>>,
+    tasks: IntMap<usize, Py<PyAny>>,
     requests: u64,
     sweep: Option<Py<PyAny>>,
     date: DateCache,
@@ -168,8 +168,8 @@ impl HttpServer {
             state: LoopCell::new(ServerState {
                 listening: false,
                 shutting_down: false,
-                conns: HashMap::new(),
-                tasks: HashMap::new(),
+                conns: IntMap::default(),
+                tasks: IntMap::default(),
                 requests: 0,
                 sweep: None,
                 date: DateCache::new(),
