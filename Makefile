@@ -11,7 +11,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv build run run-echo bench-http test test-rust test-python test-cpython record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
+.PHONY: help venv build run run-echo bench-http bench-workers bench-instructions test test-rust test-python test-cpython record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -72,6 +72,15 @@ bench-http: build ## HTTP server benchmarks against granian, uvicorn, hypercorn 
 	@command -v wrk >/dev/null || { echo "wrk not found: apt-get install -y wrk"; exit 1; }
 	$(PIP) install -q granian uvicorn httptools uvloop hypercorn fastapi matplotlib
 	$(PY) benchmarks/http/run.py
+
+bench-workers: build ## --workers N: shared accept against SO_REUSEPORT (2 and 4 workers, ~5 min; benchmarks/results/workers.*)
+	@command -v wrk >/dev/null || { echo "wrk not found: apt-get install -y wrk"; exit 1; }
+	$(PY) benchmarks/http/workers.py $(ARGS)
+
+bench-instructions: build ## Instructions per request of the server under callgrind (hello and FastAPI; ~4 min)
+	@command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install -y valgrind"; exit 1; }
+	$(PY) benchmarks/http/instructions.py
+	$(PY) benchmarks/http/instructions.py --app ping_fastapi:app --path /ping --requests 1000,4000
 
 fuzz: ## Run each cargo-fuzz target for FUZZ_SECONDS (default 60); needs nightly and cargo-fuzz
 	cd fuzz && for t in parse_head chunked_body; do \

@@ -39,6 +39,16 @@ def cpu_pins() -> tuple[list[str], list[str], str | None]:
     return ["taskset", "-c", "0"], ["taskset", "-c", "1"], None
 
 
+def core_busy_seconds(core: int) -> float:
+    """CPU time core `core` spent not idle, from /proc/stat (user, nice, system, irq, softirq,
+    steal), by whatever ran there."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{core} "):
+            ticks = [int(x) for x in line.split()[1:9]]
+            return (sum(ticks[0:3]) + sum(ticks[5:8])) / os.sysconf("SC_CLK_TCK")
+    return float("nan")
+
+
 def git_revision() -> str:
     """HEAD of the repository, with `+dirty` if the tree has changes: what was measured."""
     root = Path(__file__).resolve().parent.parent

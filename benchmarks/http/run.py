@@ -26,7 +26,7 @@ import report
 import scenarios
 import servers
 import wrk
-from machine import cpu_model, cpu_pins, fmt, git_revision
+from machine import core_busy_seconds, cpu_model, cpu_pins, fmt, git_revision
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 WARMUP_S = 2
@@ -99,16 +99,6 @@ def probe_servers(names: list[str]) -> tuple[dict, dict]:
             "mislead. Build a release build with `make build` and run again."
         )
     return available, missing
-
-
-def core_busy_seconds(core: int) -> float:
-    """CPU time core `core` spent not idle, from /proc/stat (user, nice, system, irq, softirq,
-    steal), by whatever ran there."""
-    for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith(f"cpu{core} "):
-            ticks = [int(x) for x in line.split()[1:9]]
-            return (sum(ticks[0:3]) + sum(ticks[5:8])) / servers.CLOCK_TICKS
-    return float("nan")
 
 
 def measure(server, scenario, conns: int, args, pins, workdir: Path) -> dict:

@@ -154,15 +154,23 @@ def tree_cpu_seconds(root: int) -> float:
 class ServerProcess:
     """One running server: `with ServerProcess(...) as server:` starts it and always stops it."""
 
-    def __init__(self, server: Server, app: str, pin: list[str], log_path: Path) -> None:
+    def __init__(
+        self,
+        server: Server,
+        app: str,
+        pin: list[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.server = server
+        self.env = env or {}
         self.port = free_port()
         self.command = [*pin, *server.command(app, self.port)]
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> ServerProcess:
-        env = dict(os.environ)
+        env = dict(os.environ, **self.env)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(APPS_DIR), env.get("PYTHONPATH", "")) if p
         )

@@ -62,9 +62,21 @@ def write_script(path: Path, prelude: str) -> Path:
     return path
 
 
-def run(pin: list[str], url: str, conns: int, duration: int, script: Path) -> dict:
+def run(
+    pin: list[str], url: str, conns: int, duration: int, script: Path, threads: int = 1
+) -> dict:
     """One wrk run; returns the parsed counters plus `rps`, `client_cpu_s` and the raw output."""
-    cmd = [*pin, "wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency", "-s", str(script), url]
+    cmd = [
+        *pin,
+        "wrk",
+        f"-t{threads}",
+        f"-c{conns}",
+        f"-d{duration}s",
+        "--latency",
+        "-s",
+        str(script),
+        url,
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30)

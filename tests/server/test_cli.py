@@ -49,6 +49,37 @@ def test_access_log_line_per_request_by_default(serve, connect):
     assert "200" in line.split(path, 1)[1]
 
 
+def _access_log_line(server, connect, headers: list[tuple[str, str]]) -> str:
+    path = f"/scope/access-log-{uuid.uuid4().hex}"
+    assert connect(server).request("GET", path, headers=headers).status == 200
+    output = server.wait_for_output(path)
+    return next(line for line in output.splitlines() if path in line)
+
+
+def test_access_log_names_the_client_from_trusted_proxy_headers(serve, connect):
+    # The test client connects from 127.0.0.1, which --forwarded-allow-ips trusts by default:
+    # the log names the client that X-Forwarded-For names (port 0: the header gives none), as
+    # scope["client"] does, not the proxy that connected.
+    server = serve("raw_asgi:app")
+    line = _access_log_line(server, connect, [("X-Forwarded-For", "203.0.113.7")])
+    assert " 203.0.113.7:0 - " in line
+    assert "127.0.0.1" not in line
+
+
+def test_access_log_names_the_peer_without_proxy_headers(serve, connect):
+    server = serve("raw_asgi:app", "--no-proxy-headers")
+    line = _access_log_line(server, connect, [("X-Forwarded-For", "203.0.113.7")])
+    assert "203.0.113.7" not in line
+    assert " 127.0.0.1:" in line
+
+
+def test_access_log_names_the_peer_of_an_untrusted_proxy(serve, connect):
+    server = serve("raw_asgi:app", "--forwarded-allow-ips", "192.0.2.1")
+    line = _access_log_line(server, connect, [("X-Forwarded-For", "203.0.113.7")])
+    assert "203.0.113.7" not in line
+    assert " 127.0.0.1:" in line
+
+
 def test_no_access_log_option(serve, connect):
     server = serve("raw_asgi:app", "--no-access-log")
     path = f"/scope/access-log-{uuid.uuid4().hex}"

@@ -43,6 +43,30 @@ def test_client_and_server_addresses(server, connect):
     assert scope["server"] == ["127.0.0.1", server.port]
 
 
+def test_proxy_headers_of_a_trusted_peer_apply_per_request_on_one_connection(server, connect):
+    # 127.0.0.1 is trusted by default. Requests with and without X-Forwarded-* headers
+    # alternate on one keep-alive connection: each gets its own answer.
+    connection = connect(server)
+    local_host, local_port = connection.sock.getsockname()
+    forwarded = [("X-Forwarded-For", "203.0.113.7"), ("X-Forwarded-Proto", "https")]
+    for _ in range(2):
+        scope = scope_of(connection, headers=forwarded)
+        assert (scope["client"], scope["scheme"]) == (["203.0.113.7", 0], "https")
+        scope = scope_of(connection)
+        assert (scope["client"], scope["scheme"]) == ([local_host, local_port], "http")
+    scope = scope_of(connection, headers=[("X-Forwarded-Proto", "https")])
+    assert (scope["client"], scope["scheme"]) == ([local_host, local_port], "https")
+
+
+def test_proxy_headers_of_an_untrusted_peer_are_ignored(serve, connect):
+    server = serve("raw_asgi:app", "--forwarded-allow-ips", "192.0.2.1")
+    connection = connect(server)
+    local_host, local_port = connection.sock.getsockname()
+    forwarded = [("X-Forwarded-For", "203.0.113.7"), ("X-Forwarded-Proto", "https")]
+    scope = scope_of(connection, headers=forwarded)
+    assert (scope["client"], scope["scheme"]) == ([local_host, local_port], "http")
+
+
 def test_http_version_of_an_http10_request(server, connect, request_bytes):
     connection = connect(server)
     connection.send(request_bytes("GET", "/scope", version="HTTP/1.0"))

@@ -199,9 +199,12 @@ def test_proxy_headers_middleware_is_outermost_and_optional():
     with_proxy.load()
     assert isinstance(with_proxy.loaded_app, ProxyHeadersMiddleware)
     assert with_proxy.loaded_app.app is asgi3_app
+    # What the native server calls for requests without X-Forwarded-* headers.
+    assert with_proxy.plain_app is asgi3_app
     without = config(asgi3_app, proxy_headers=False)
     without.load()
     assert without.loaded_app is asgi3_app
+    assert without.plain_app is None
 
 
 def test_load_twice_is_a_no_op():

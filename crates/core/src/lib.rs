@@ -17,6 +17,7 @@
 pub mod clock;
 pub mod http;
 pub mod inject;
+pub mod intmap;
 pub mod outq;
 pub mod poller;
 pub mod ready;
@@ -25,6 +26,7 @@ pub mod timers;
 pub mod waker;
 
 pub use inject::{Injector, PushOutcome};
+pub use intmap::IntMap;
 pub use outq::{Flushed, OutQueue};
 pub use poller::{Events, Interest, Poller, Readiness};
 pub use ready::ReadyQueue;

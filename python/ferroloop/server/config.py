@@ -152,6 +152,10 @@ class Config:
 
         self.loaded = False
         self.loaded_app: Any = None
+        # loaded_app without the proxy-headers middleware (None if there is none): the native
+        # server calls it for requests without X-Forwarded-* headers, which the middleware
+        # would pass through unchanged.
+        self.plain_app: Any = None
         self._validate()
         for name, value in (("loop", loop), ("http", http), ("ws", ws)):
             if value not in (None, "auto", "none"):
@@ -285,6 +289,7 @@ class Config:
         if self.interface == "asgi2":
             app = ASGI2Middleware(app)
         if self.proxy_headers:
+            self.plain_app = app
             app = ProxyHeadersMiddleware(app, self.forwarded_allow_ips)
         self.loaded_app = app
         self.loaded = True

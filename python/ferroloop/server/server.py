@@ -163,6 +163,7 @@ class Server:
                 state=self.lifespan.state,
                 access_log=access_log,
                 log_error=log_error,
+                plain_app=self.config.plain_app,
                 **options,
             )
             self.servers.append(srv)

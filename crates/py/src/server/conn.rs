@@ -109,6 +109,16 @@ pub(super) struct ConnState {
     pub(super) header_clock: bool,
 }
 
+/// One access log line: `(client, method, path, http_version, status)`. `client` is the scope's
+/// `"client"` when the response completed, or `None` to name the TCP peer.
+pub(super) type AccessRecord = (
+    Option<Py<PyAny>>,
+    Py<PyString>,
+    Py<PyString>,
+    &'static str,
+    u16,
+);
+
 #[derive(Default)]
 #[must_use]
 pub(super) struct Effects {
@@ -116,7 +126,7 @@ pub(super) struct Effects {
     pub(super) writing: Option<bool>,
     pub(super) resolve: Vec<(Py<PyAny>, Py<PyAny>)>,
     pub(super) logs: Vec<(String, Option<Py<PyAny>>)>,
-    pub(super) access: Option<(Py<PyString>, Py<PyString>, &'static str, u16)>,
+    pub(super) access: Option<AccessRecord>,
     pub(super) close: bool,
     /// Run the state machine again (a pipelined request may be waiting).
     pub(super) advance: bool,
@@ -196,12 +206,10 @@ impl Conn {
         for (message, exc) in fx.logs {
             server.log(py, &message, exc.as_ref().map(|e| e.bind(py)));
         }
-        if let Some((method, path, version, status)) = fx.access {
+        if let Some((client, method, path, version, status)) = fx.access {
             if let Some(log) = server.access_log() {
-                if let Err(e) =
-                    log.bind(py)
-                        .call1((this.client.bind(py), method, path, version, status))
-                {
+                let client = client.unwrap_or_else(|| this.client.clone_ref(py));
+                if let Err(e) = log.bind(py).call1((client, method, path, version, status)) {
                     e.write_unraisable(py, Some(log.bind(py)));
                 }
             }
@@ -300,8 +308,8 @@ impl Conn {
             }
         };
         Self::apply(slf, fx)?;
-        if let Some((scope, seq)) = start {
-            Self::start_app(slf, &scope, seq)?;
+        if let Some((scope, seq, forwarded)) = start {
+            Self::start_app(slf, &scope, seq, forwarded)?;
         }
         Ok(())
     }
@@ -313,7 +321,7 @@ impl Conn {
         server: &HttpServer,
         st: &mut ConnState,
         fx: &mut Effects,
-    ) -> PyResult<Option<(Bound<'py, PyDict>, u64)>> {
+    ) -> PyResult<Option<(Bound<'py, PyDict>, u64, bool)>> {
         if st.rpos == st.rbuf.len() {
             if st.eof {
                 fx.close = true;
@@ -358,13 +366,16 @@ impl Conn {
                     Self::reject(py, server, st, fx, &e);
                     return Ok(None);
                 }
-                let (scope, facts) = scope::build_scope(
+                let (scope, mut facts) = scope::build_scope(
                     py,
                     server.base(),
                     &st.rbuf[st.rpos..],
                     &st.head,
                     &this.client,
                 )?;
+                if server.access_log().is_some() {
+                    facts.scope = Some(scope.clone().unbind());
+                }
                 let head = &st.head;
                 let is_head = st.rbuf[st.rpos..][head.method.clone()] == *b"HEAD";
                 let info = RequestInfo {
@@ -389,7 +400,8 @@ impl Conn {
                 st.phase = Phase::Busy;
                 st.deadline = f64::INFINITY;
                 st.header_clock = false;
-                Ok(Some((scope, st.seq)))
+                let forwarded = st.req.as_ref().is_some_and(|r| r.facts.forwarded);
+                Ok(Some((scope, st.seq, forwarded)))
             }
         }
     }
@@ -439,7 +451,13 @@ impl Conn {
         Ok(())
     }
 
-    fn start_app(slf: &Bound<'_, Self>, scope: &Bound<'_, PyDict>, seq: u64) -> PyResult<()> {
+    /// `forwarded`: the request carries proxy headers (see `HttpServer::app_for`).
+    fn start_app(
+        slf: &Bound<'_, Self>,
+        scope: &Bound<'_, PyDict>,
+        seq: u64,
+        forwarded: bool,
+    ) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
         let server_b = this.server.bind(py);
@@ -454,7 +472,7 @@ impl Conn {
         let receive = cycle.getattr(intern!(py, "receive"))?;
         let send = cycle.getattr(intern!(py, "send"))?;
         let started = server
-            .app()
+            .app_for(forwarded)
             .bind(py)
             .call1((scope, receive, send))
             .and_then(|coro| LoopCore::create_task(server.loop_core().bind(py), &coro, None, None));
@@ -650,6 +668,7 @@ impl Conn {
                 visit.call(&req.facts.method)?;
                 visit.call(&req.facts.path)?;
                 visit.call(&req.facts.query)?;
+                visit.call(&req.facts.scope)?;
             }
         }
         Ok(())

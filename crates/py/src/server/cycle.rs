@@ -5,13 +5,19 @@
 //! request's state lives in the connection (`conn.rs`), which compares the number with its current
 //! request: a cycle whose request has completed gets `http.disconnect` from `receive()` and an
 //! error from `send()`, exactly as under uvicorn.
+//!
+//! `Ready` also has an `am_send` slot (`install_ready_am_send`, called once when the module is
+//! initialised): `await ready` in a coroutine is CPython's `SEND` on the awaitable, which calls
+//! `am_send` when the type has one and otherwise `__next__`, whose result has to travel in a
+//! `StopIteration` exception that is created, raised, caught and freed on every `await`.
 
 use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use pyo3::PyTraverseError;
+use pyo3::{PyTraverseError, PyTypeInfo};
 
 use super::conn::Conn;
 use crate::sock_ops::stop_iteration;
@@ -77,6 +83,39 @@ impl Ready {
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.value)
+    }
+}
+
+/// `Ready`'s `am_send`: the await is over at once, returning the value.
+///
+/// # Safety
+/// Called by CPython only, with the GIL held, on an instance of `Ready` (the slot is on that
+/// type, which cannot be subclassed); `result` points to where the return value goes.
+unsafe extern "C" fn ready_am_send(
+    slf: *mut ffi::PyObject,
+    _arg: *mut ffi::PyObject,
+    result: *mut *mut ffi::PyObject,
+) -> ffi::PySendResult {
+    // SAFETY: CPython holds the GIL while it calls a type slot.
+    let py = unsafe { Python::assume_attached() };
+    // SAFETY: `slf` is a live, borrowed reference to a `Ready` (see the function's contract).
+    let slf = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<Ready>() };
+    // SAFETY: `result` is valid for a write; the new reference is handed to the caller.
+    unsafe { *result = slf.get().value.clone_ref(py).into_ptr() };
+    ffi::PySendResult::PYGEN_RETURN
+}
+
+/// Puts `ready_am_send` in `Ready`'s async slots (PyO3 has no way to declare `am_send`).
+pub fn install_ready_am_send(py: Python<'_>) {
+    let tp = Ready::type_object_raw(py);
+    // SAFETY: `Ready` is a heap type created by PyO3 with an `am_await` slot, so `tp_as_async`
+    // points into its own `PyHeapTypeObject`, writable and alive as long as the type. This runs
+    // with the GIL held during module initialisation, before any `Ready` exists.
+    unsafe {
+        let slots = (*tp).tp_as_async;
+        if !slots.is_null() {
+            (*slots).am_send = Some(ready_am_send);
+        }
     }
 }
 

@@ -23,11 +23,11 @@ mod receive;
 mod respond;
 mod scope;
 
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::RawFd;
 
 use ferroloop_core::http::{DateCache, Limits};
+use ferroloop_core::IntMap;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
@@ -36,7 +36,7 @@ use pyo3::types::{PyDict, PyInt, PyString, PyTuple};
 use pyo3::PyTraverseError;
 
 pub use conn::Conn;
-pub use cycle::{Cycle, Ready};
+pub use cycle::{install_ready_am_send, Cycle, Ready};
 
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
@@ -60,9 +60,9 @@ struct ServerState {
     /// timer puts it back (level-triggered epoll would otherwise report it ready forever).
     accept_retry: Option<Py<PyAny>>,
     shutting_down: bool,
-    conns: HashMap<RawFd, Py<Conn>>,
+    conns: IntMap<RawFd, Py<Conn>>,
     /// Running app tasks, by object address.
-    tasks: HashMap<usize, Py<PyAny>>,
+    tasks: IntMap<usize, Py<PyAny>>,
     requests: u64,
     sweep: Option<Py<PyAny>>,
     date: DateCache,
@@ -74,6 +74,8 @@ pub struct HttpServer {
     sock: Py<PyAny>,
     listen_fd: RawFd,
     app: Py<PyAny>,
+    /// `app` without its proxy-headers middleware, if it has one: see `app_for`.
+    plain_app: Option<Py<PyAny>>,
     access_log: Option<Py<PyAny>>,
     log_error: Option<Py<PyAny>>,
     base: ScopeBase,
@@ -104,7 +106,7 @@ impl HttpServer {
     #[pyo3(signature = (r#loop, sock, app, *, root_path="", state=None, scheme="http",
         limit_concurrency=None, timeout_keep_alive=5.0, timeout_header=10.0,
         limit_header_size=65536, limit_headers=100, limit_uri=8192, limit_body=None,
-        server_header=true, date_header=true, access_log=None, log_error=None))]
+        server_header=true, date_header=true, access_log=None, log_error=None, plain_app=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -125,6 +127,7 @@ impl HttpServer {
         date_header: bool,
         access_log: Option<Py<PyAny>>,
         log_error: Option<Py<PyAny>>,
+        plain_app: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let loop_ = r#loop.cast::<LoopCore>().map_err(|_| {
             PyTypeError::new_err("HttpServer needs a ferroloop loop (ferroloop.new_event_loop())")
@@ -142,18 +145,13 @@ impl HttpServer {
             return Err(PyValueError::new_err("the listening socket is closed"));
         }
         let server_addr = scope_address(py, &sock.call_method0(intern!(py, "getsockname"))?)?;
-        let base = ScopeBase {
-            server: server_addr,
-            scheme: PyString::intern(py, scheme).unbind(),
-            root_path: PyString::new(py, root_path).unbind(),
-            root_path_bytes: root_path.as_bytes().to_vec(),
-            state: state.map(Bound::unbind),
-        };
+        let base = ScopeBase::new(py, server_addr, scheme, root_path, state.map(Bound::unbind))?;
         Ok(Self {
             loop_: loop_.clone().unbind(),
             sock: sock.clone().unbind(),
             listen_fd: fd,
             app,
+            plain_app,
             access_log,
             log_error,
             base,
@@ -174,8 +172,8 @@ impl HttpServer {
                 listening: false,
                 accept_retry: None,
                 shutting_down: false,
-                conns: HashMap::new(),
-                tasks: HashMap::new(),
+                conns: IntMap::default(),
+                tasks: IntMap::default(),
                 requests: 0,
                 sweep: None,
                 date: DateCache::new(),
@@ -349,10 +347,10 @@ impl HttpServer {
         visit.call(&self.loop_)?;
         visit.call(&self.sock)?;
         visit.call(&self.app)?;
+        visit.call(&self.plain_app)?;
         visit.call(&self.access_log)?;
         visit.call(&self.log_error)?;
-        visit.call(&self.base.server)?;
-        visit.call(&self.base.state)?;
+        self.base.visit(&visit)?;
         if let Some(st) = self.state.try_borrow_for_gc() {
             for c in st.conns.values() {
                 visit.call(c)?;
@@ -392,8 +390,14 @@ impl HttpServer {
         &self.base
     }
 
-    pub(crate) fn app(&self) -> &Py<PyAny> {
-        &self.app
+    /// The app to call for a request: `plain_app` when the request has no `X-Forwarded-*`
+    /// header, since the proxy-headers middleware would leave its scope as it is (whoever the
+    /// peer is); that saves a Python call per request. Otherwise `app`.
+    pub(crate) fn app_for(&self, forwarded: bool) -> &Py<PyAny> {
+        match &self.plain_app {
+            Some(plain) if !forwarded => plain,
+            _ => &self.app,
+        }
     }
 
     pub(crate) fn access_log(&self) -> Option<&Py<PyAny>> {

@@ -317,7 +317,17 @@ impl Conn {
                 );
                 PyString::new(py, &text).unbind()
             };
+            // `scope.get("client")`, as uvicorn reads it: `None` (an empty address in the log)
+            // if the app deleted the key.
+            let client = facts.scope.as_ref().map(|s| {
+                s.bind(py)
+                    .get_item(intern!(py, "client"))
+                    .ok()
+                    .flatten()
+                    .map_or_else(|| py.None(), Bound::unbind)
+            });
             fx.access = Some((
+                client,
                 facts.method.clone_ref(py),
                 path,
                 version_str(req.info.version),

@@ -3,14 +3,22 @@
 //! Keys are interned strings; fixed values (`"http"`, `"1.1"`, the common methods and header
 //! names) are cached once per interpreter. Every per-request field is built fresh for each
 //! request: nothing a request can mutate is shared with another.
+//!
+//! The scope, its `asgi` dict and its `extensions` dict start as copies of per-server templates
+//! that already hold every key, in the order a scope lists them, with the fixed values filled
+//! in: `PyDict_Copy` of such a dict clones its key table in one go, and each per-request value
+//! then replaces a placeholder instead of inserting a key (no hashing into a growing table,
+//! no resize). Only immutable values (strings, the server address tuple) come from a template.
 
 use std::borrow::Cow;
 
 use ferroloop_core::http::{Head, Version};
+use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::PyTraverseError;
 
 /// Header names common enough to share one `bytes` object across requests (they are immutable).
 const COMMON_HEADERS: &[&[u8]] = &[
@@ -103,11 +111,82 @@ pub fn percent_decode(raw: &[u8]) -> Cow<'_, [u8]> {
 
 /// The per-server parts of every scope, built once when the server starts.
 pub struct ScopeBase {
-    pub server: Py<PyAny>,
-    pub scheme: Py<PyString>,
     pub root_path: Py<PyString>,
     pub root_path_bytes: Vec<u8>,
     pub state: Option<Py<PyDict>>,
+    /// Every scope key in order, with the fixed values (`type`, `http_version` 1.1, `server`,
+    /// `scheme`, `root_path`) and `None` for the others.
+    template: Py<PyDict>,
+    /// `{"version": "3.0", "spec_version": "2.4"}`.
+    asgi: Py<PyDict>,
+    /// The extension names, each with `None` (a fresh `{}` goes in per request).
+    extensions: Py<PyDict>,
+}
+
+/// The extensions every scope announces (each with an empty dict, per the ASGI spec).
+fn extension_names(py: Python<'_>) -> [&Bound<'_, PyString>; 3] {
+    [
+        intern!(py, "http.response.trailers"),
+        intern!(py, "http.response.pathsend"),
+        intern!(py, "http.response.zerocopysend"),
+    ]
+}
+
+impl ScopeBase {
+    pub fn new(
+        py: Python<'_>,
+        server: Py<PyAny>,
+        scheme: &str,
+        root_path: &str,
+        state: Option<Py<PyDict>>,
+    ) -> PyResult<Self> {
+        let root = PyString::new(py, root_path);
+        let none = py.None();
+        let template = PyDict::new(py);
+        template.set_item(intern!(py, "type"), intern!(py, "http"))?;
+        template.set_item(intern!(py, "asgi"), &none)?;
+        template.set_item(intern!(py, "http_version"), intern!(py, "1.1"))?;
+        template.set_item(intern!(py, "server"), server)?;
+        template.set_item(intern!(py, "client"), &none)?;
+        template.set_item(intern!(py, "scheme"), PyString::intern(py, scheme))?;
+        template.set_item(intern!(py, "method"), &none)?;
+        template.set_item(intern!(py, "root_path"), &root)?;
+        for key in [
+            intern!(py, "path"),
+            intern!(py, "raw_path"),
+            intern!(py, "query_string"),
+            intern!(py, "headers"),
+        ] {
+            template.set_item(key, &none)?;
+        }
+        if state.is_some() {
+            template.set_item(intern!(py, "state"), &none)?;
+        }
+        template.set_item(intern!(py, "extensions"), &none)?;
+        let asgi = PyDict::new(py);
+        asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
+        asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.4"))?;
+        let extensions = PyDict::new(py);
+        for name in extension_names(py) {
+            extensions.set_item(name, &none)?;
+        }
+        Ok(Self {
+            root_path: root.unbind(),
+            root_path_bytes: root_path.as_bytes().to_vec(),
+            state,
+            template: template.unbind(),
+            asgi: asgi.unbind(),
+            extensions: extensions.unbind(),
+        })
+    }
+
+    /// For the server's `__traverse__`.
+    pub fn visit(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.state)?;
+        visit.call(&self.template)?;
+        visit.call(&self.asgi)?;
+        visit.call(&self.extensions)
+    }
 }
 
 /// What the connection keeps of a request for its own use (access log, framing).
@@ -116,6 +195,12 @@ pub struct RequestFacts {
     pub path: Py<PyString>,
     /// The scope's own `query_string` object (shared, not copied).
     pub query: Py<PyBytes>,
+    /// The scope itself, kept only when the access log is on: the log names `scope["client"]`
+    /// as it is when the response completes, i.e. after a proxy-headers middleware (or the
+    /// app) rewrote it, as uvicorn does.
+    pub scope: Option<Py<PyDict>>,
+    /// The request has an `X-Forwarded-For` or `X-Forwarded-Proto` header.
+    pub forwarded: bool,
 }
 
 /// Builds the http scope of `head` (whose ranges index `buf`).
@@ -126,23 +211,14 @@ pub fn build_scope<'py>(
     head: &Head,
     client: &Py<PyAny>,
 ) -> PyResult<(Bound<'py, PyDict>, RequestFacts)> {
-    let scope = PyDict::new(py);
-    scope.set_item(intern!(py, "type"), intern!(py, "http"))?;
-    let asgi = PyDict::new(py);
-    asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
-    asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.4"))?;
-    scope.set_item(intern!(py, "asgi"), asgi)?;
-    let version = match head.version {
-        Version::Http10 => intern!(py, "1.0"),
-        Version::Http11 => intern!(py, "1.1"),
-    };
-    scope.set_item(intern!(py, "http_version"), version)?;
-    scope.set_item(intern!(py, "server"), base.server.bind(py))?;
+    let scope = base.template.bind(py).copy()?;
+    scope.set_item(intern!(py, "asgi"), base.asgi.bind(py).copy()?)?;
+    if head.version == Version::Http10 {
+        scope.set_item(intern!(py, "http_version"), intern!(py, "1.0"))?;
+    }
     scope.set_item(intern!(py, "client"), client.bind(py))?;
-    scope.set_item(intern!(py, "scheme"), base.scheme.bind(py))?;
     let method = method_str(py, &buf[head.method.clone()]);
     scope.set_item(intern!(py, "method"), &method)?;
-    scope.set_item(intern!(py, "root_path"), base.root_path.bind(py))?;
 
     // As uvicorn: `path` and `raw_path` carry the root path in front of the request's path.
     let raw_path = &buf[head.path.clone()];
@@ -169,11 +245,14 @@ pub fn build_scope<'py>(
     scope.set_item(intern!(py, "query_string"), &query)?;
 
     let headers = PyList::empty(py);
+    let mut forwarded = false;
     for (name, value) in &head.headers {
+        let name = &buf[name.clone()];
+        forwarded |= name == b"x-forwarded-for" || name == b"x-forwarded-proto";
         let pair = PyTuple::new(
             py,
             [
-                header_name(py, &buf[name.clone()]).into_any(),
+                header_name(py, name).into_any(),
                 PyBytes::new(py, &buf[value.clone()]).into_any(),
             ],
         )?;
@@ -183,15 +262,17 @@ pub fn build_scope<'py>(
     if let Some(state) = &base.state {
         scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
     }
-    let extensions = PyDict::new(py);
-    extensions.set_item(intern!(py, "http.response.trailers"), PyDict::new(py))?;
-    extensions.set_item(intern!(py, "http.response.pathsend"), PyDict::new(py))?;
-    extensions.set_item(intern!(py, "http.response.zerocopysend"), PyDict::new(py))?;
+    let extensions = base.extensions.bind(py).copy()?;
+    for name in extension_names(py) {
+        extensions.set_item(name, PyDict::new(py))?;
+    }
     scope.set_item(intern!(py, "extensions"), extensions)?;
     let facts = RequestFacts {
         method: method.unbind(),
         path: path.unbind(),
         query: query.unbind(),
+        scope: None,
+        forwarded,
     };
     Ok((scope, facts))
 }
