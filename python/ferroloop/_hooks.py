@@ -33,6 +33,13 @@ def extract_stack() -> Any:
     return format_helpers.extract_stack(sys._getframe(1))
 
 
+def log_server_warning(message: str) -> None:
+    """The HTTP server's log of a client's fault when the Python side gave it none."""
+    import logging
+
+    logging.getLogger("ferroloop.error").warning(message)
+
+
 def log_server_error(message: str, exc: BaseException | None) -> None:
     """The HTTP server's error log when the Python side gave it none: ``ferroloop.error``."""
     import logging

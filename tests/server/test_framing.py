@@ -144,3 +144,24 @@ def test_http10_request_without_host_is_served(server, connect):
     connection = connect(server)
     connection.send(b"GET /hello HTTP/1.0\r\n\r\n")
     assert connection.read_response().body == b"hello, world"
+
+
+def test_malformed_request_is_logged_as_the_clients_fault(spawn_server, connect):
+    # A client's bad request is a WARNING, not an ERROR (uvicorn: "Invalid HTTP request
+    # received." at WARNING); --log-level error therefore silences it.
+    server = spawn_server("raw_asgi:app")
+    bad = connect(server)
+    bad.send(b"HELLO\r\n\r\n")
+    assert bad.read_response().status == 400
+    line = next(
+        line
+        for line in server.wait_for_output("nvalid HTTP request").splitlines()
+        if "nvalid HTTP request" in line
+    )
+    assert line.startswith("WARNING:"), line
+    quiet = spawn_server("raw_asgi:app", "--log-level", "error")
+    bad = connect(quiet)
+    bad.send(b"HELLO\r\n\r\n")
+    assert bad.read_response().status == 400
+    assert connect(quiet).request("GET", "/hello").status == 200
+    assert "nvalid HTTP request" not in quiet.output_text()

@@ -71,6 +71,11 @@ class ErrorLog:
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self._logger = logger if logger is not None else logging.getLogger(ERROR_LOGGER)
 
+    def warning(self, message: str) -> None:
+        """A client's fault, not the server's (a malformed request): logged at WARNING, as
+        uvicorn logs "Invalid HTTP request received."."""
+        self._logger.warning(message)
+
     def __call__(self, message: str, exc: BaseException | None = None) -> None:
         if exc is not None:
             self._logger.error(message, exc_info=exc)

@@ -126,6 +126,8 @@ pub(super) struct Effects {
     pub(super) writing: Option<bool>,
     pub(super) resolve: Vec<(Py<PyAny>, Py<PyAny>)>,
     pub(super) logs: Vec<(String, Option<Py<PyAny>>)>,
+    /// Logged at WARNING: the client's fault (a malformed request), not the server's.
+    pub(super) warnings: Vec<String>,
     pub(super) access: Option<AccessRecord>,
     pub(super) close: bool,
     /// Run the state machine again (a pipelined request may be waiting).
@@ -205,6 +207,9 @@ impl Conn {
         let server = this.server.bind(py).get();
         for (message, exc) in fx.logs {
             server.log(py, &message, exc.as_ref().map(|e| e.bind(py)));
+        }
+        for message in fx.warnings {
+            server.warn(py, &message);
         }
         if let Some((client, method, path, version, status)) = fx.access {
             if let Some(log) = server.access_log() {
@@ -421,8 +426,8 @@ impl Conn {
         st.rpos = 0;
         st.phase = Phase::Closing;
         if e.status != 503 {
-            fx.logs
-                .push((format!("invalid HTTP request: {}", e.reason), None));
+            fx.warnings
+                .push(format!("invalid HTTP request: {}", e.reason));
         }
         let fd = st.fd;
         start_closing(st, fx, fd);

@@ -452,12 +452,28 @@ impl HttpServer {
         }
     }
 
-    /// Logs through the Python side's `log_error(message, exc)`, or to stderr without one.
+    /// Logs through the Python side's `log_error(message, exc)`, or to `ferroloop.error`
+    /// without one.
     pub(crate) fn log(&self, py: Python<'_>, message: &str, exc: Option<&Bound<'_, PyAny>>) {
         let exc_obj = exc.map_or_else(|| py.None().into_bound(py), Clone::clone);
         let result = match &self.log_error {
             Some(f) => f.bind(py).call1((message, exc_obj)).map(drop),
             None => crate::hooks::call(py, "log_server_error", (message, exc_obj)).map(drop),
+        };
+        if let Err(e) = result {
+            e.write_unraisable(py, None);
+        }
+    }
+
+    /// Logs a client's fault at WARNING through `log_error.warning(message)` (a `log_error`
+    /// without that method gets the message as an error), or to `ferroloop.error` without one.
+    pub(crate) fn warn(&self, py: Python<'_>, message: &str) {
+        let result = match &self.log_error {
+            Some(f) => match f.bind(py).getattr(intern!(py, "warning")) {
+                Ok(warning) => warning.call1((message,)).map(drop),
+                Err(_) => f.bind(py).call1((message, py.None())).map(drop),
+            },
+            None => crate::hooks::call(py, "log_server_warning", (message,)).map(drop),
         };
         if let Err(e) = result {
             e.write_unraisable(py, None);
