@@ -20,9 +20,10 @@ import weakref
 from asyncio import selector_events, unix_events
 from typing import Any
 
+from ._socket_transport import _SelectorSocketTransport, native_capable
+
 # Methods of asyncio.selector_events.BaseSelectorEventLoop used as they are.
 _FROM_SELECTOR_LOOP = (
-    "_make_socket_transport",
     "_make_ssl_transport",
     "_make_datagram_transport",
     "_start_serving",
@@ -75,6 +76,17 @@ class TransportOps:
     def _transports_init(self) -> None:
         self._transports = weakref.WeakValueDictionary()
         self._selector = RegistryView(self)
+
+    def _make_socket_transport(
+        self, sock: Any, protocol: Any, waiter: Any = None, *, extra: Any = None, server: Any = None
+    ) -> Any:
+        """The native transport for plain stream sockets; asyncio's class for anything else."""
+        cls = (
+            _SelectorSocketTransport
+            if native_capable(sock)
+            else selector_events._SelectorSocketTransport
+        )
+        return cls(self, sock, protocol, waiter, extra, server)
 
     def _transports_close(self) -> None:
         # As asyncio's selector loop: a closed loop has no selector (transport reprs say "open").
