@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::io;
 
 use ferroloop_core::sys::cvt;
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -115,12 +115,24 @@ impl StreamCore {
                 return self.fatal(py, e, "Fatal error: protocol.get_buffer() call failed.");
             }
         };
-        let received = RawBuffer::get(&buf, pyo3::ffi::PyBUF_WRITABLE).and_then(|view| {
-            // SAFETY: `view` is a writable, contiguous buffer of `view.len()` bytes, exported
-            // until `view` drops; `fd` is the transport's open socket.
-            let r = cvt(unsafe { libc::recv(self.fd, view.as_mut_ptr().cast(), view.len(), 0) });
-            classify(r, |n| n).map_err(|e| os_error(py, &e))
-        });
+        let received = RawBuffer::get(&buf, pyo3::ffi::PyBUF_WRITABLE)
+            .map_err(|_| {
+                // What `sock.recv_into` says about such an argument.
+                let name = buf
+                    .get_type()
+                    .name()
+                    .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+                PyTypeError::new_err(format!(
+                    "recv_into() argument 1 must be read-write bytes-like object, not {name}"
+                ))
+            })
+            .and_then(|view| {
+                // SAFETY: `view` is a writable, contiguous buffer of `view.len()` bytes, exported
+                // until `view` drops; `fd` is the transport's open socket.
+                let r =
+                    cvt(unsafe { libc::recv(self.fd, view.as_mut_ptr().cast(), view.len(), 0) });
+                classify(r, |n| n).map_err(|e| os_error(py, &e))
+            });
         match received {
             Err(e) => self.fatal(py, e, "Fatal read error on socket transport"),
             Ok(Received::Nothing) => Ok(()),

@@ -43,6 +43,12 @@ enum Data<'a, 'py> {
     Bytes(&'a Bound<'py, PyBytes>),
     ByteArray(&'a Bound<'py, PyByteArray>),
     View(RawBuffer),
+    /// A memoryview that cannot be exported as contiguous bytes: `socket.send` would raise
+    /// `err` (asyncio makes that a fatal error), `bytearray.extend` a `TypeError`.
+    Unexported {
+        err: PyErr,
+        empty: bool,
+    },
 }
 
 impl<'a, 'py> Data<'a, 'py> {
@@ -52,7 +58,13 @@ impl<'a, 'py> Data<'a, 'py> {
         } else if let Ok(b) = data.cast::<PyByteArray>() {
             Ok(Self::ByteArray(b))
         } else if data.is_instance_of::<PyMemoryView>() {
-            RawBuffer::get(data, pyo3::ffi::PyBUF_SIMPLE).map(Self::View)
+            match RawBuffer::get(data, pyo3::ffi::PyBUF_SIMPLE) {
+                Ok(view) => Ok(Self::View(view)),
+                Err(err) => Ok(Self::Unexported {
+                    err,
+                    empty: !data.is_truthy()?,
+                }),
+            }
         } else {
             Err(PyTypeError::new_err(format!(
                 "data argument must be a bytes-like object, not '{}'",
@@ -69,6 +81,7 @@ impl<'a, 'py> Data<'a, 'py> {
             // cannot be resized or freed under it.
             Self::ByteArray(b) => unsafe { b.as_bytes() },
             Self::View(v) => v.as_slice(),
+            Self::Unexported { .. } => &[],
         }
     }
 }
@@ -92,12 +105,28 @@ impl StreamCore {
                 ));
             }
             let bytes = data.as_slice();
-            if bytes.is_empty() {
+            let unexported = match &data {
+                Data::Unexported { empty, .. } => Some(*empty),
+                _ => None,
+            };
+            if bytes.is_empty() && unexported != Some(false) {
                 WriteOutcome::Done
             } else if st.conn_lost > 0 {
                 let warn = st.conn_lost >= LOG_THRESHOLD_FOR_CONNLOST_WRITES;
                 st.conn_lost += 1;
                 WriteOutcome::Dropped { warn }
+            } else if unexported.is_some() {
+                let queued = !st.out.is_empty();
+                drop(st);
+                let Data::Unexported { err, .. } = data else {
+                    unreachable!("checked above")
+                };
+                if queued {
+                    return Err(PyTypeError::new_err(
+                        "can't set bytearray slice from memoryview",
+                    ));
+                }
+                return this.fatal(py, err, "Fatal write error on socket transport");
             } else if st.out.is_empty() {
                 // Nothing queued: try to send now.
                 match st.out.flush_with(this.fd, bytes) {
