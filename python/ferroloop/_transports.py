@@ -1,16 +1,16 @@
-"""Transports, servers, pipes and subprocesses: asyncio's own implementations on ferroloop.
+"""Transports, servers, pipes and subprocesses on ferroloop.
 
-An interim step of issue 3. asyncio's selector-loop transports (`_SelectorSocketTransport`,
-`_SelectorDatagramTransport`, the Unix pipe and subprocess transports, and `sslproto` for TLS)
-need only a few hooks from their loop: `_add_reader`/`_add_writer`/`_remove_reader`/
-`_remove_writer` (native), a `_transports` map from fd to transport, and the
-`_start_serving`/`_accept_connection`/`_stop_serving` plumbing. This mixin supplies those hooks
-and borrows the stdlib methods that build on them, so create_connection, create_server,
-create_datagram_endpoint, create_unix_connection/server, connect_read_pipe/write_pipe,
-subprocess_exec/shell, start_tls and sendfile behave exactly as in asyncio, driven by the native
-readiness registry. The borrowed functions were checked to use neither a zero-argument `super()`
-nor the selector. Native transports (reads into Rust buffers, vectored writes) replace them
-class by class later.
+Stream transports over plain TCP and Unix sockets are native (``_socket_transport``, over
+``crates/py/src/transport``). Everything else is asyncio's own implementation: the datagram,
+Unix pipe and subprocess transports, the transport under ``ssl=`` connections and servers, and
+stream transports over other socket objects. Those need only a few hooks from their loop:
+``_add_reader``/``_add_writer``/``_remove_reader``/``_remove_writer`` (native), a ``_transports``
+map from fd to transport, and the ``_start_serving``/``_accept_connection``/``_stop_serving``
+plumbing. This mixin supplies those hooks and borrows the stdlib methods that build on them, so
+create_connection, create_server, create_datagram_endpoint, create_unix_connection/server,
+connect_read_pipe/write_pipe, subprocess_exec/shell, start_tls and sendfile behave exactly as in
+asyncio, driven by the native readiness registry. The borrowed functions were checked to use
+neither a zero-argument `super()` nor the selector.
 """
 
 from __future__ import annotations
