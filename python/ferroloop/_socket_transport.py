@@ -95,6 +95,11 @@ class _SelectorSocketTransport(selector_events._SelectorSocketTransport):
         self._core.set_protocol(protocol, isinstance(protocol, protocols.BufferedProtocol))
         self._protocol_connected = True
 
+    def writelines(self, list_of_data: Any) -> None:
+        # asyncio 3.11's WriteTransport.writelines, spelled out: later versions of the parent
+        # class replace it with one that appends to the Python buffer this class does not have.
+        self.write(b"".join(list_of_data))
+
     def close(self) -> None:
         core = self._core
         if core._closing:
