@@ -194,8 +194,8 @@ class StreamCore:
     _closing: bool
     _eof: bool
     _protocol_paused: bool
-    _high_water: int
-    _low_water: int
+    _high_water: float
+    _low_water: float
     @staticmethod
     def _attach(loop: LoopCore, transport: Any, fd: int) -> StreamCore: ...
     def __call__(self, writable: bool = False) -> None: ...

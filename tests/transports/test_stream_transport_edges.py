@@ -277,3 +277,24 @@ def test_unclosed_transport_warns_when_collected(loop, run):
     messages = [str(w.message) for w in caught if w.category is ResourceWarning]
     # The socket, collected in the same pass, may warn too (on both loops).
     assert any(m.startswith("unclosed transport <_SelectorSocketTransport") for m in messages)
+
+
+def test_float_write_buffer_limits_are_kept_and_compared_as_numbers(
+    loop, run, recorder, tcp_connect
+):
+    async def main():
+        ends = await tcp_connect(recorder, recorder)
+        transport = ends.client.transport
+        transport.set_write_buffer_limits(high=1000.5)
+        limits = transport.get_write_buffer_limits()
+        transport.set_write_buffer_limits(high=0.5, low=0.25)
+        ends.accepted.transport.pause_reading()
+        await fill_write_buffer(transport)
+        paused = ends.client.events.count("pause_writing")
+        ends.accepted.transport.resume_reading()
+        while "resume_writing" not in ends.client.events:
+            await asyncio.sleep(0.001)
+        await ends.close()
+        return limits, paused
+
+    assert run(main()) == ((250.0, 1000.5), 1)

@@ -50,6 +50,40 @@ use crate::event_loop::LoopCore;
 /// asyncio's default write-buffer limits (`_FlowControlMixin._set_write_buffer_limits`).
 const DEFAULT_HIGH_WATER: usize = 64 * 1024;
 
+/// A write-buffer limit as asyncio stores it: an int, or whatever number the caller passed to
+/// `set_write_buffer_limits` (a float works there). For a byte count `n`, `n > limit` exactly
+/// when `n > floor(limit)`, so the hot path compares integers.
+#[derive(Clone, Copy)]
+pub(crate) struct Limit {
+    pub(crate) bytes: usize,
+    float: Option<f64>,
+}
+
+impl Limit {
+    const fn bytes(bytes: usize) -> Self {
+        Self { bytes, float: None }
+    }
+
+    fn from_python(value: &Bound<'_, PyAny>) -> PyResult<Self> {
+        if let Ok(bytes) = value.extract::<usize>() {
+            return Ok(Self::bytes(bytes));
+        }
+        let float: f64 = value.extract()?;
+        // Saturating: negative limits are refused by asyncio before they get here.
+        Ok(Self {
+            bytes: float.floor() as usize,
+            float: Some(float),
+        })
+    }
+
+    fn to_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match self.float {
+            Some(f) => f.into_pyobject(py)?.into_any().unbind(),
+            None => self.bytes.into_pyobject(py)?.into_any().unbind(),
+        })
+    }
+}
+
 #[allow(clippy::struct_excessive_bools)] // asyncio's independent flags, each a transport attribute
 pub(crate) struct CoreState {
     protocol: Option<Py<PyAny>>,
@@ -62,8 +96,8 @@ pub(crate) struct CoreState {
     eof: bool,
     closing: bool,
     protocol_paused: bool,
-    high_water: usize,
-    low_water: usize,
+    high_water: Limit,
+    low_water: Limit,
     empty_waiter: Option<Py<PyAny>>,
 }
 
@@ -141,8 +175,8 @@ impl StreamCore {
                     eof: false,
                     closing: false,
                     protocol_paused: false,
-                    high_water: DEFAULT_HIGH_WATER,
-                    low_water: DEFAULT_HIGH_WATER / 4,
+                    high_water: Limit::bytes(DEFAULT_HIGH_WATER),
+                    low_water: Limit::bytes(DEFAULT_HIGH_WATER / 4),
                     empty_waiter: None,
                 }),
             },
@@ -274,24 +308,26 @@ impl StreamCore {
     }
 
     #[getter(_high_water)]
-    fn high_water(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.state.borrow(py)?.high_water)
+    fn high_water(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.state.borrow(py)?.high_water.to_python(py)
     }
 
     #[setter(_high_water)]
-    fn set_high_water(&self, py: Python<'_>, value: usize) -> PyResult<()> {
-        self.state.borrow(py)?.high_water = value;
+    fn set_high_water(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let limit = Limit::from_python(value)?;
+        self.state.borrow(py)?.high_water = limit;
         Ok(())
     }
 
     #[getter(_low_water)]
-    fn low_water(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.state.borrow(py)?.low_water)
+    fn low_water(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.state.borrow(py)?.low_water.to_python(py)
     }
 
     #[setter(_low_water)]
-    fn set_low_water(&self, py: Python<'_>, value: usize) -> PyResult<()> {
-        self.state.borrow(py)?.low_water = value;
+    fn set_low_water(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let limit = Limit::from_python(value)?;
+        self.state.borrow(py)?.low_water = limit;
         Ok(())
     }
 

@@ -135,7 +135,7 @@ impl StreamCore {
                         st.out.push(&bytes[n..]);
                         WriteOutcome::Queued {
                             register: true,
-                            pause: st.out.pending() > st.high_water && !st.protocol_paused,
+                            pause: st.out.pending() > st.high_water.bytes && !st.protocol_paused,
                         }
                     }
                     Err(e) => WriteOutcome::Failed(e),
@@ -144,7 +144,7 @@ impl StreamCore {
                 st.out.push(bytes);
                 WriteOutcome::Queued {
                     register: false,
-                    pause: st.out.pending() > st.high_water && !st.protocol_paused,
+                    pause: st.out.pending() > st.high_water.bytes && !st.protocol_paused,
                 }
             }
         };
@@ -199,7 +199,7 @@ impl StreamCore {
                 return Ok(());
             }
             match st.out.flush(this.fd) {
-                Ok(_) => Ok(st.protocol_paused && st.out.pending() <= st.low_water),
+                Ok(_) => Ok(st.protocol_paused && st.out.pending() <= st.low_water.bytes),
                 Err(e) => {
                     st.out.clear();
                     Err((e, st.empty_waiter.as_ref().map(|w| w.clone_ref(py))))
