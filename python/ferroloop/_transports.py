@@ -1,29 +1,29 @@
-"""Transports, servers, pipes and subprocesses: asyncio's own implementations on ferroloop.
+"""Transports, servers, pipes and subprocesses on ferroloop.
 
-An interim step of issue 3. asyncio's selector-loop transports (`_SelectorSocketTransport`,
-`_SelectorDatagramTransport`, the Unix pipe and subprocess transports, and `sslproto` for TLS)
-need only a few hooks from their loop: `_add_reader`/`_add_writer`/`_remove_reader`/
-`_remove_writer` (native), a `_transports` map from fd to transport, and the
-`_start_serving`/`_accept_connection`/`_stop_serving` plumbing. This mixin supplies those hooks
-and borrows the stdlib methods that build on them, so create_connection, create_server,
-create_datagram_endpoint, create_unix_connection/server, connect_read_pipe/write_pipe,
-subprocess_exec/shell, start_tls and sendfile behave exactly as in asyncio, driven by the native
-readiness registry. The borrowed functions were checked to use neither a zero-argument `super()`
-nor the selector. Native transports (reads into Rust buffers, vectored writes) replace them
-class by class later.
+Stream transports over plain TCP and Unix sockets are native (``_socket_transport``, over
+``crates/py/src/transport``), also under TLS (asyncio's ``sslproto`` layered on top). Everything
+else is asyncio's own implementation: the datagram, Unix pipe and subprocess transports, and
+stream transports over other socket objects. Those need only a few hooks from their loop:
+``_add_reader``/``_add_writer``/``_remove_reader``/``_remove_writer`` (native), a ``_transports``
+map from fd to transport, and the ``_start_serving``/``_accept_connection``/``_stop_serving``
+plumbing. This mixin supplies those hooks and borrows the stdlib methods that build on them, so
+create_connection, create_server, create_datagram_endpoint, create_unix_connection/server,
+connect_read_pipe/write_pipe, subprocess_exec/shell, start_tls and sendfile behave exactly as in
+asyncio, driven by the native readiness registry. The borrowed functions were checked to use
+neither a zero-argument `super()` nor the selector.
 """
 
 from __future__ import annotations
 
 import selectors
 import weakref
-from asyncio import selector_events, unix_events
+from asyncio import constants, selector_events, sslproto, unix_events
 from typing import Any
+
+from ._socket_transport import _SelectorSocketTransport, native_capable
 
 # Methods of asyncio.selector_events.BaseSelectorEventLoop used as they are.
 _FROM_SELECTOR_LOOP = (
-    "_make_socket_transport",
-    "_make_ssl_transport",
     "_make_datagram_transport",
     "_start_serving",
     "_accept_connection",
@@ -75,6 +75,46 @@ class TransportOps:
     def _transports_init(self) -> None:
         self._transports = weakref.WeakValueDictionary()
         self._selector = RegistryView(self)
+
+    def _make_socket_transport(
+        self, sock: Any, protocol: Any, waiter: Any = None, *, extra: Any = None, server: Any = None
+    ) -> Any:
+        """The native transport for plain stream sockets; asyncio's class for anything else."""
+        cls = (
+            _SelectorSocketTransport
+            if native_capable(sock)
+            else selector_events._SelectorSocketTransport
+        )
+        return cls(self, sock, protocol, waiter, extra, server)
+
+    def _make_ssl_transport(
+        self,
+        rawsock: Any,
+        protocol: Any,
+        sslcontext: Any,
+        waiter: Any = None,
+        *,
+        server_side: bool = False,
+        server_hostname: str | None = None,
+        extra: Any = None,
+        server: Any = None,
+        ssl_handshake_timeout: float = constants.SSL_HANDSHAKE_TIMEOUT,
+        ssl_shutdown_timeout: float = constants.SSL_SHUTDOWN_TIMEOUT,
+    ) -> Any:
+        """asyncio's TLS layering (``sslproto.SSLProtocol`` over a socket transport), with the
+        socket transport chosen as ``_make_socket_transport`` chooses it (native when it can)."""
+        ssl_protocol = sslproto.SSLProtocol(
+            self,
+            protocol,
+            sslcontext,
+            waiter,
+            server_side,
+            server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
+        )
+        self._make_socket_transport(rawsock, ssl_protocol, extra=extra, server=server)
+        return ssl_protocol._app_transport
 
     def _transports_close(self) -> None:
         # As asyncio's selector loop: a closed loop has no selector (transport reprs say "open").

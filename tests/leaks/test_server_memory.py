@@ -10,8 +10,6 @@ object per request would add thousands of objects; of one connection buffer, meg
 from __future__ import annotations
 
 import asyncio
-import gc
-import os
 import socket
 
 import ferroloop
@@ -22,14 +20,6 @@ REQUESTS_PER_CHUNK = 3_000
 CONNECTIONS_PER_CHUNK = 300
 MAX_RSS_GROWTH = 8 * 1024 * 1024
 MAX_OBJECT_GROWTH = 500
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-
-
-def measure() -> tuple[int, int]:
-    gc.collect()
-    with open("/proc/self/statm") as statm:
-        rss = int(statm.read().split()[1]) * PAGE_SIZE
-    return rss, len(gc.get_objects())
 
 
 async def app(scope, receive, send):  # type: ignore[no-untyped-def]
@@ -73,7 +63,7 @@ async def churn(port: int) -> None:
         await writer.wait_closed()
 
 
-def test_server_requests_and_connections_leave_memory_flat() -> None:
+def test_server_requests_and_connections_leave_memory_flat(memory_sample) -> None:
     async def main() -> list[tuple[int, int]]:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
@@ -85,7 +75,7 @@ def test_server_requests_and_connections_leave_memory_flat() -> None:
         try:
             for _ in range(CHUNKS):
                 await churn(sock.getsockname()[1])
-                samples.append(measure())
+                samples.append(memory_sample())
         finally:
             server.abort()
             sock.close()

@@ -97,20 +97,24 @@ def test_memoryview_buffer_is_accepted(loop, run, recorder, tcp_connect):
     assert max(collector.updates) <= 100
 
 
-def test_empty_buffer_is_a_fatal_error(loop, run, recorder, tcp_connect, exception_handler_calls):
-    class Empty(Collector):
-        def get_buffer(self, sizehint):
-            return bytearray()
-
+def run_collector(run, recorder, tcp_connect, collector):
     async def main():
-        ends = await tcp_connect(Empty, recorder)
+        ends = await tcp_connect(collector, recorder)
         ends.client.transport.write(b"data")
         await ends.accepted.lost
         ends.client.transport.close()
         await ends.client.lost
         return ends.accepted
 
-    collector = run(main())
+    return run(main())
+
+
+def test_empty_buffer_is_a_fatal_error(loop, run, recorder, tcp_connect, exception_handler_calls):
+    class Empty(Collector):
+        def get_buffer(self, sizehint):
+            return bytearray()
+
+    collector = run_collector(run, recorder, tcp_connect, Empty)
     assert isinstance(collector.lost_exc, RuntimeError)
     assert "get_buffer() returned an empty buffer" in str(collector.lost_exc)
     (context,) = exception_handler_calls.consume()
@@ -126,16 +130,58 @@ def test_exception_in_buffer_updated_is_a_fatal_error(
         def buffer_updated(self, nbytes):
             raise ZeroDivisionError("broken protocol")
 
-    async def main():
-        ends = await tcp_connect(Broken, recorder)
-        ends.client.transport.write(b"data")
-        await ends.accepted.lost
-        ends.client.transport.close()
-        await ends.client.lost
-        return ends.accepted
-
-    collector = run(main())
+    collector = run_collector(run, recorder, tcp_connect, Broken)
     assert isinstance(collector.lost_exc, ZeroDivisionError)
     (context,) = exception_handler_calls.consume()
     assert context["message"] == "Fatal error: protocol.buffer_updated() call failed."
     assert context["exception"] is collector.lost_exc
+
+
+def test_get_buffer_raising_is_a_fatal_error(
+    loop, run, recorder, tcp_connect, exception_handler_calls
+):
+    class Raising(Collector):
+        def get_buffer(self, sizehint):
+            raise ValueError("no buffer today")
+
+    protocol = run_collector(run, recorder, tcp_connect, Raising)
+    assert isinstance(protocol.lost_exc, ValueError)
+    (context,) = exception_handler_calls.consume()
+    assert context["message"] == "Fatal error: protocol.get_buffer() call failed."
+    assert context["exception"] is protocol.lost_exc
+    assert context["transport"] is protocol.transport
+
+
+def test_read_only_buffer_is_a_fatal_read_error(
+    loop, run, recorder, tcp_connect, exception_handler_calls
+):
+    class ReadOnly(Collector):
+        def get_buffer(self, sizehint):
+            return b"not writable"
+
+    protocol = run_collector(run, recorder, tcp_connect, ReadOnly)
+    assert isinstance(protocol.lost_exc, TypeError)
+    (context,) = exception_handler_calls.consume()
+    assert context["message"] == "Fatal read error on socket transport"
+    assert context["exception"] is protocol.lost_exc
+
+
+def test_set_protocol_switches_between_data_received_and_get_buffer(
+    loop, run, recorder, tcp_connect
+):
+    async def main():
+        ends = await tcp_connect(recorder, recorder)
+        ends.client.transport.write(b"first")
+        await ends.accepted.received_at_least(5)
+        collector = Collector()
+        ends.accepted.transport.set_protocol(collector)
+        ends.client.transport.write(b"second")
+        while len(collector.received) < 6:
+            await asyncio.sleep(0.001)
+        ends.accepted.transport.set_protocol(ends.accepted)
+        ends.client.transport.write(b"third")
+        await ends.accepted.received_at_least(10)
+        await ends.close()
+        return bytes(ends.accepted.received), bytes(collector.received)
+
+    assert run(main()) == (b"firstthird", b"second")

@@ -13,6 +13,7 @@ mod handle;
 mod hooks;
 mod server;
 mod sock_ops;
+mod transport;
 
 use pyo3::prelude::*;
 
@@ -26,6 +27,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<server::Conn>()?;
     m.add_class::<server::Cycle>()?;
     m.add_class::<server::Ready>()?;
+    m.add_class::<transport::StreamCore>()?;
     server::install_ready_am_send(m.py());
     m.add_function(wrap_pyfunction!(fastcall::_install_fast_methods, m)?)?;
     m.add("DEBUG_BUILD", cfg!(debug_assertions))?;

@@ -82,6 +82,19 @@ fn last_os_error(py: Python<'_>) -> PyErr {
     PyErr::fetch(py)
 }
 
+/// An `io::Error` from a syscall as the matching `OSError` subclass, with `errno` and
+/// `strerror` as `socket` would give them.
+pub(crate) fn os_error(py: Python<'_>, err: &std::io::Error) -> PyErr {
+    match err.raw_os_error() {
+        Some(errno) => {
+            // SAFETY: __errno_location always returns this thread's valid errno slot.
+            unsafe { *libc::__errno_location() = errno };
+            last_os_error(py)
+        }
+        None => PyErr::from(std::io::Error::new(err.kind(), err.to_string())),
+    }
+}
+
 fn would_block(errno: i32) -> bool {
     errno == libc::EAGAIN || errno == libc::EWOULDBLOCK
 }

@@ -142,6 +142,25 @@ impl LoopCore {
         Ok(handle)
     }
 
+    /// Registers (`on`) or removes a native object as `fd`'s reader or writer (`write`); it is
+    /// called with one argument, `write`, when the fd is ready.
+    pub(crate) fn set_native_callback(
+        slf: &Bound<'_, Self>,
+        fd: RawFd,
+        callback: &Bound<'_, PyAny>,
+        write: bool,
+        on: bool,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let fd = PyInt::new(py, fd);
+        if on {
+            let args = PyTuple::new(py, [write])?;
+            Self::set_fd_handle(slf, fd.as_any(), callback, args, write).map(drop)
+        } else {
+            Self::remove_fd_handle(slf, fd.as_any(), write).map(drop)
+        }
+    }
+
     pub(crate) fn remove_fd_handle(
         slf: &Bound<'_, Self>,
         fd: &Bound<'_, PyAny>,

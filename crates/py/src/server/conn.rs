@@ -29,7 +29,7 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyInt, PyString, PyTuple};
+use pyo3::types::{PyDict, PyString};
 use pyo3::PyTraverseError;
 
 use super::cycle::{Cycle, Ready};
@@ -192,13 +192,7 @@ impl Conn {
         let py = slf.py();
         let this = slf.get();
         let loop_ = this.server.bind(py).get().loop_core().bind(py);
-        let fd = PyInt::new(py, this.fd);
-        if on {
-            let args = PyTuple::new(py, [write])?;
-            LoopCore::set_fd_handle(loop_, fd.as_any(), slf.as_any(), args, write).map(drop)
-        } else {
-            LoopCore::remove_fd_handle(loop_, fd.as_any(), write).map(drop)
-        }
+        LoopCore::set_native_callback(loop_, this.fd, slf.as_any(), write, on)
     }
 
     pub(super) fn apply(slf: &Bound<'_, Self>, fx: Effects) -> PyResult<()> {

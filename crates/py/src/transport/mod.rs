@@ -1,0 +1,354 @@
+//! The native core of a plain stream socket transport (TCP or Unix, no TLS).
+//!
+//! `ferroloop._socket_transport._SelectorSocketTransport` is a Python subclass of asyncio's
+//! `_SelectorSocketTransport` (so `isinstance(t, asyncio.Transport)` holds and every cold path is
+//! asyncio's own code); it holds one `StreamCore` and stores the core's bound methods (`write`,
+//! `get_write_buffer_size`, `is_closing`) on the instance, so the hot calls reach Rust without a
+//! Python frame. The core is also the fd's reader and writer callback in the loop's fd table:
+//! readiness goes poller → `StreamCore.__call__` → `recv` → `protocol.data_received` with no
+//! Python in between.
+//!
+//! Invariants:
+//! - **The fd** belongs to the transport's `socket.socket` (`_sock`), which closes it in
+//!   asyncio's `_call_connection_lost`. The core only borrows the number. Every core entry point
+//!   returns early once `conn_lost > 0`, which is set before `connection_lost` is scheduled, so the
+//!   core never touches the number after the socket is closed (it may belong to another socket).
+//! - **The poller**: reading is registered and removed by the Python side exactly as asyncio does
+//!   (connection made, `pause_reading`/`resume_reading`, `close`, EOF). The writer is registered by
+//!   the core when a `write` leaves bytes queued and removed when the queue drains, or by the
+//!   Python side in `close`/`_force_close`. Both leave the poller before `connection_lost` runs.
+//! - **`connection_lost`** runs once, through `_call_connection_lost`: scheduled with `call_soon`
+//!   by `close()` (empty queue) or `_force_close`, or called by the writer callback when the queue
+//!   drains after `close()`; then the core drops its transport reference (`_release`), breaking
+//!   the transport ↔ core cycle without waiting for the garbage collector.
+//! - **State** (`CoreState`) is the single copy of what both sides read: the Python class exposes
+//!   `_protocol`, `_conn_lost`, `_closing`, `_eof`, `_empty_waiter`, `_protocol_paused`,
+//!   `_high_water` and `_low_water` as properties over it. It is borrowed only between Python
+//!   calls: decisions are taken under the borrow, the calls they imply run after it ends.
+//! - **Reads** land in one 256 KiB buffer per thread (a thread runs at most one loop at a time),
+//!   then become one `bytes` of the size read; a `BufferedProtocol` gets `recv` straight into the
+//!   buffer its `get_buffer` returned.
+//! - **Writes** are tried with one `sendmsg` when nothing is queued; the rest is copied into an
+//!   `OutQueue` and flushed with vectored `sendmsg` when the socket is writable.
+
+mod pybuf;
+mod read;
+mod write;
+
+use std::os::fd::RawFd;
+
+use ferroloop_core::OutQueue;
+use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit, PyTypeError};
+use pyo3::gc::PyVisit;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::PyTraverseError;
+
+use crate::cell::LoopCell;
+use crate::event_loop::LoopCore;
+
+/// asyncio's default write-buffer limits (`_FlowControlMixin._set_write_buffer_limits`).
+const DEFAULT_HIGH_WATER: usize = 64 * 1024;
+
+/// A write-buffer limit as asyncio stores it: an int, or whatever number the caller passed to
+/// `set_write_buffer_limits` (a float works there). For a byte count `n`, `n > limit` exactly
+/// when `n > floor(limit)`, so the hot path compares integers.
+#[derive(Clone, Copy)]
+pub(crate) struct Limit {
+    pub(crate) bytes: usize,
+    float: Option<f64>,
+}
+
+impl Limit {
+    const fn bytes(bytes: usize) -> Self {
+        Self { bytes, float: None }
+    }
+
+    fn from_python(value: &Bound<'_, PyAny>) -> PyResult<Self> {
+        if let Ok(bytes) = value.extract::<usize>() {
+            return Ok(Self::bytes(bytes));
+        }
+        let float: f64 = value.extract()?;
+        // Saturating: negative limits are refused by asyncio before they get here.
+        Ok(Self {
+            bytes: float.floor() as usize,
+            float: Some(float),
+        })
+    }
+
+    fn to_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match self.float {
+            Some(f) => f.into_pyobject(py)?.into_any().unbind(),
+            None => self.bytes.into_pyobject(py)?.into_any().unbind(),
+        })
+    }
+}
+
+#[allow(clippy::struct_excessive_bools)] // asyncio's independent flags, each a transport attribute
+pub(crate) struct CoreState {
+    protocol: Option<Py<PyAny>>,
+    /// The protocol is a `BufferedProtocol` (decided by the Python side in `set_protocol`).
+    buffered: bool,
+    /// The Python transport, for the cold paths (EOF, errors, flow control, closing).
+    transport: Option<Py<PyAny>>,
+    out: OutQueue,
+    conn_lost: u64,
+    eof: bool,
+    closing: bool,
+    protocol_paused: bool,
+    high_water: Limit,
+    low_water: Limit,
+    empty_waiter: Option<Py<PyAny>>,
+}
+
+#[pyclass(module = "ferroloop._native", name = "StreamCore", frozen)]
+pub struct StreamCore {
+    loop_: Py<LoopCore>,
+    fd: RawFd,
+    state: LoopCell<CoreState>,
+}
+
+/// `KeyboardInterrupt` and `SystemExit` leave the callback; asyncio catches everything else.
+fn is_exit(py: Python<'_>, err: &PyErr) -> bool {
+    err.is_instance_of::<PyKeyboardInterrupt>(py) || err.is_instance_of::<PySystemExit>(py)
+}
+
+impl StreamCore {
+    fn transport<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let st = self.state.borrow(py)?;
+        Ok(st.transport.as_ref().map(|t| t.bind(py).clone()))
+    }
+
+    /// Calls a method of the Python transport (a cold path), if it is still attached.
+    fn call_transport<'py>(
+        &self,
+        py: Python<'py>,
+        name: &Bound<'py, pyo3::types::PyString>,
+        args: impl pyo3::call::PyCallArgs<'py>,
+    ) -> PyResult<()> {
+        match self.transport(py)? {
+            Some(t) => t.call_method1(name, args).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// asyncio's `except BaseException as exc: self._fatal_error(exc, message)`.
+    fn fatal(&self, py: Python<'_>, err: PyErr, message: &str) -> PyResult<()> {
+        if is_exit(py, &err) {
+            return Err(err);
+        }
+        self.call_transport(
+            py,
+            intern!(py, "_fatal_error"),
+            (err.into_value(py), message),
+        )
+    }
+}
+
+#[pymethods]
+impl StreamCore {
+    #[new]
+    fn py_new() -> PyResult<Self> {
+        Err(PyTypeError::new_err(
+            "StreamCore objects are created by the transport (StreamCore._attach)",
+        ))
+    }
+
+    /// The core of `transport`, a stream transport on `loop` for socket `fd`.
+    #[staticmethod]
+    fn _attach(
+        r#loop: &Bound<'_, LoopCore>,
+        transport: &Bound<'_, PyAny>,
+        fd: RawFd,
+    ) -> PyResult<Py<Self>> {
+        Py::new(
+            r#loop.py(),
+            Self {
+                loop_: r#loop.clone().unbind(),
+                fd,
+                state: LoopCell::new(CoreState {
+                    protocol: None,
+                    buffered: false,
+                    transport: Some(transport.clone().unbind()),
+                    out: OutQueue::new(),
+                    conn_lost: 0,
+                    eof: false,
+                    closing: false,
+                    protocol_paused: false,
+                    high_water: Limit::bytes(DEFAULT_HIGH_WATER),
+                    low_water: Limit::bytes(DEFAULT_HIGH_WATER / 4),
+                    empty_waiter: None,
+                }),
+            },
+        )
+    }
+
+    /// Readiness of the socket: the reader is called without arguments, the writer with `True`.
+    #[pyo3(signature = (writable = false))]
+    fn __call__(slf: &Bound<'_, Self>, writable: bool) -> PyResult<()> {
+        if writable {
+            Self::on_writable(slf)
+        } else {
+            Self::on_readable(slf)
+        }
+    }
+
+    /// `set_protocol`: `buffered` says whether reads go through `get_buffer`/`buffer_updated`.
+    fn set_protocol(&self, py: Python<'_>, protocol: Py<PyAny>, buffered: bool) -> PyResult<()> {
+        let old = {
+            let mut st = self.state.borrow(py)?;
+            st.buffered = buffered;
+            st.protocol.replace(protocol)
+        };
+        drop(old);
+        Ok(())
+    }
+
+    fn write(slf: &Bound<'_, Self>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        Self::write_impl(slf, data)
+    }
+
+    fn get_write_buffer_size(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.state.borrow(py)?.out.pending())
+    }
+
+    fn is_closing(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.state.borrow(py)?.closing)
+    }
+
+    /// Drops the queued bytes (`_force_close`); returns whether there were any.
+    fn _discard_buffer(&self, py: Python<'_>) -> PyResult<bool> {
+        let mut st = self.state.borrow(py)?;
+        let had = !st.out.is_empty();
+        st.out.clear();
+        Ok(had)
+    }
+
+    /// After `connection_lost`: the transport is done with the core.
+    fn _release(&self, py: Python<'_>) -> PyResult<()> {
+        let dropped = self.state.borrow(py)?.transport.take();
+        drop(dropped);
+        Ok(())
+    }
+
+    #[getter(_protocol)]
+    fn protocol(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        Ok(self
+            .state
+            .borrow(py)?
+            .protocol
+            .as_ref()
+            .map(|p| p.clone_ref(py)))
+    }
+
+    #[setter(_protocol)]
+    fn set_protocol_attr(&self, py: Python<'_>, value: Option<Py<PyAny>>) -> PyResult<()> {
+        let value = value.filter(|v| !v.is_none(py));
+        let old = std::mem::replace(&mut self.state.borrow(py)?.protocol, value);
+        drop(old);
+        Ok(())
+    }
+
+    #[getter(_empty_waiter)]
+    fn empty_waiter(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let st = self.state.borrow(py)?;
+        Ok(st.empty_waiter.as_ref().map(|w| w.clone_ref(py)))
+    }
+
+    #[setter(_empty_waiter)]
+    fn set_empty_waiter(&self, py: Python<'_>, value: Option<Py<PyAny>>) -> PyResult<()> {
+        let value = value.filter(|v| !v.is_none(py));
+        let old = std::mem::replace(&mut self.state.borrow(py)?.empty_waiter, value);
+        drop(old);
+        Ok(())
+    }
+
+    #[getter(_conn_lost)]
+    fn conn_lost(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.state.borrow(py)?.conn_lost)
+    }
+
+    #[setter(_conn_lost)]
+    fn set_conn_lost(&self, py: Python<'_>, value: u64) -> PyResult<()> {
+        self.state.borrow(py)?.conn_lost = value;
+        Ok(())
+    }
+
+    #[getter(_closing)]
+    fn closing(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.state.borrow(py)?.closing)
+    }
+
+    #[setter(_closing)]
+    fn set_closing(&self, py: Python<'_>, value: bool) -> PyResult<()> {
+        self.state.borrow(py)?.closing = value;
+        Ok(())
+    }
+
+    #[getter(_eof)]
+    fn eof(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.state.borrow(py)?.eof)
+    }
+
+    #[setter(_eof)]
+    fn set_eof(&self, py: Python<'_>, value: bool) -> PyResult<()> {
+        self.state.borrow(py)?.eof = value;
+        Ok(())
+    }
+
+    #[getter(_protocol_paused)]
+    fn protocol_paused(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.state.borrow(py)?.protocol_paused)
+    }
+
+    #[setter(_protocol_paused)]
+    fn set_protocol_paused(&self, py: Python<'_>, value: bool) -> PyResult<()> {
+        self.state.borrow(py)?.protocol_paused = value;
+        Ok(())
+    }
+
+    #[getter(_high_water)]
+    fn high_water(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.state.borrow(py)?.high_water.to_python(py)
+    }
+
+    #[setter(_high_water)]
+    fn set_high_water(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let limit = Limit::from_python(value)?;
+        self.state.borrow(py)?.high_water = limit;
+        Ok(())
+    }
+
+    #[getter(_low_water)]
+    fn low_water(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.state.borrow(py)?.low_water.to_python(py)
+    }
+
+    #[setter(_low_water)]
+    fn set_low_water(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let limit = Limit::from_python(value)?;
+        self.state.borrow(py)?.low_water = limit;
+        Ok(())
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.loop_)?;
+        if let Some(st) = self.state.try_borrow_for_gc() {
+            visit.call(&st.protocol)?;
+            visit.call(&st.transport)?;
+            visit.call(&st.empty_waiter)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let dropped = self.state.try_borrow_for_gc().map(|mut st| {
+            (
+                st.protocol.take(),
+                st.transport.take(),
+                st.empty_waiter.take(),
+            )
+        });
+        drop(dropped);
+    }
+}

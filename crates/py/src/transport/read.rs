@@ -1,0 +1,156 @@
+//! The read side: readiness → `recv` → `data_received(bytes)`, or `recv` into the buffer a
+//! `BufferedProtocol` lends (`get_buffer`/`buffer_updated`), with asyncio's error messages.
+
+use std::cell::RefCell;
+use std::io;
+
+use ferroloop_core::sys::cvt;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use super::pybuf::RawBuffer;
+use super::StreamCore;
+use crate::sock_ops::os_error;
+
+/// Bytes asked of each `recv`: asyncio's `_SelectorTransport.max_size`.
+pub(super) const MAX_READ: usize = 256 * 1024;
+
+thread_local! {
+    /// The receive buffer shared by every transport of this thread's loop. Allocated once: a
+    /// fresh 256 KiB block per read would cross glibc's mmap threshold and cost an mmap/munmap
+    /// pair each time (benchmarks/README.md).
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// What one `recv` gave.
+enum Received<T> {
+    Data(T),
+    Eof,
+    /// `EAGAIN`/`EINTR`: nothing now (asyncio returns and waits for the next readiness).
+    Nothing,
+}
+
+fn classify<T>(r: io::Result<isize>, data: impl FnOnce(usize) -> T) -> io::Result<Received<T>> {
+    match r {
+        Ok(0) => Ok(Received::Eof),
+        Ok(n) => Ok(Received::Data(data(n as usize))),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) =>
+        {
+            Ok(Received::Nothing)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+impl StreamCore {
+    pub(super) fn on_readable(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let (protocol, buffered) = {
+            let st = this.state.borrow(py)?;
+            if st.conn_lost > 0 {
+                return Ok(());
+            }
+            let Some(protocol) = st.protocol.as_ref() else {
+                return Ok(());
+            };
+            (protocol.clone_ref(py), st.buffered)
+        };
+        let protocol = protocol.bind(py);
+        if buffered {
+            this.read_into_protocol(py, protocol)
+        } else {
+            this.read_bytes(py, protocol)
+        }
+    }
+
+    /// asyncio's `_read_ready__data_received`.
+    fn read_bytes(&self, py: Python<'_>, protocol: &Bound<'_, PyAny>) -> PyResult<()> {
+        let fd = self.fd;
+        let received = READ_BUF.with_borrow_mut(|buf| {
+            if buf.len() < MAX_READ {
+                buf.resize(MAX_READ, 0);
+            }
+            // SAFETY: `buf` is `buf.len()` initialised, writable bytes; `fd` is the transport's
+            // open socket (module invariant: conn_lost is 0).
+            let r = cvt(unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) });
+            // Creating a bytes object runs no Python code (bytes are not GC-tracked).
+            classify(r, |n| PyBytes::new(py, &buf[..n]))
+        });
+        match received {
+            Err(e) => self.fatal(py, os_error(py, &e), "Fatal read error on socket transport"),
+            Ok(Received::Nothing) => Ok(()),
+            Ok(Received::Eof) => self.on_eof(py),
+            Ok(Received::Data(data)) => {
+                match protocol.call_method1(intern!(py, "data_received"), (data,)) {
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        self.fatal(py, e, "Fatal error: protocol.data_received() call failed.")
+                    }
+                }
+            }
+        }
+    }
+
+    /// asyncio's `_read_ready__get_buffer`.
+    fn read_into_protocol(&self, py: Python<'_>, protocol: &Bound<'_, PyAny>) -> PyResult<()> {
+        let lent = protocol
+            .call_method1(intern!(py, "get_buffer"), (-1,))
+            .and_then(|buf| match buf.len() {
+                Ok(0) => Err(PyRuntimeError::new_err(
+                    "get_buffer() returned an empty buffer",
+                )),
+                Ok(_) => Ok(buf),
+                Err(e) => Err(e),
+            });
+        let buf = match lent {
+            Ok(buf) => buf,
+            Err(e) => {
+                return self.fatal(py, e, "Fatal error: protocol.get_buffer() call failed.");
+            }
+        };
+        let received = RawBuffer::get(&buf, pyo3::ffi::PyBUF_WRITABLE)
+            .map_err(|_| {
+                // What `sock.recv_into` says about such an argument.
+                let name = buf
+                    .get_type()
+                    .name()
+                    .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+                PyTypeError::new_err(format!(
+                    "recv_into() argument 1 must be read-write bytes-like object, not {name}"
+                ))
+            })
+            .and_then(|view| {
+                // SAFETY: `view` is a writable, contiguous buffer of `view.len()` bytes, exported
+                // until `view` drops; `fd` is the transport's open socket.
+                let r =
+                    cvt(unsafe { libc::recv(self.fd, view.as_mut_ptr().cast(), view.len(), 0) });
+                classify(r, |n| n).map_err(|e| os_error(py, &e))
+            });
+        match received {
+            Err(e) => self.fatal(py, e, "Fatal read error on socket transport"),
+            Ok(Received::Nothing) => Ok(()),
+            Ok(Received::Eof) => self.on_eof(py),
+            Ok(Received::Data(n)) => {
+                match protocol.call_method1(intern!(py, "buffer_updated"), (n,)) {
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        self.fatal(py, e, "Fatal error: protocol.buffer_updated() call failed.")
+                    }
+                }
+            }
+        }
+    }
+
+    /// The peer closed its side: asyncio's `_read_ready__on_eof` (debug log, `eof_received()`,
+    /// keep the connection half-open or close it), a cold path left in Python.
+    fn on_eof(&self, py: Python<'_>) -> PyResult<()> {
+        self.call_transport(py, intern!(py, "_read_ready__on_eof"), ())
+    }
+}

@@ -1,0 +1,255 @@
+//! The write side: `write()` tries one `sendmsg` at once when nothing is queued, queues the rest
+//! and registers the writer; the writer flushes the queue with vectored `sendmsg`. Flow control
+//! (`pause_writing`/`resume_writing`) and finishing a close or `write_eof` follow asyncio's
+//! `_SelectorSocketTransport.write`/`_write_ready` step by step.
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
+
+use ferroloop_core::sys::cvt;
+
+use super::pybuf::RawBuffer;
+use super::StreamCore;
+use crate::event_loop::LoopCore;
+use crate::sock_ops::os_error;
+
+/// asyncio's `constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES`.
+const LOG_THRESHOLD_FOR_CONNLOST_WRITES: u64 = 5;
+
+static ASYNCIO_LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// What `write()` decided under the state borrow; carried out after it ends.
+#[must_use]
+enum WriteOutcome {
+    Done,
+    /// Written to the connection-lost count (logged past asyncio's threshold).
+    Dropped {
+        warn: bool,
+    },
+    /// Bytes were queued: register the writer if the queue was empty, maybe pause the protocol.
+    Queued {
+        register: bool,
+        pause: bool,
+    },
+    Failed(std::io::Error),
+}
+
+/// The bytes of a `bytes`, `bytearray` or `memoryview` (asyncio accepts exactly these, and
+/// their subclasses).
+enum Data<'a, 'py> {
+    Bytes(&'a Bound<'py, PyBytes>),
+    ByteArray(&'a Bound<'py, PyByteArray>),
+    View(RawBuffer),
+    /// A memoryview that cannot be exported as contiguous bytes: `socket.send` would raise
+    /// `err` (asyncio makes that a fatal error), `bytearray.extend` a `TypeError`.
+    Unexported {
+        err: PyErr,
+        empty: bool,
+    },
+}
+
+impl<'a, 'py> Data<'a, 'py> {
+    fn new(data: &'a Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(b) = data.cast::<PyBytes>() {
+            Ok(Self::Bytes(b))
+        } else if let Ok(b) = data.cast::<PyByteArray>() {
+            Ok(Self::ByteArray(b))
+        } else if data.is_instance_of::<PyMemoryView>() {
+            match RawBuffer::get(data, pyo3::ffi::PyBUF_SIMPLE) {
+                Ok(view) => Ok(Self::View(view)),
+                Err(err) => Ok(Self::Unexported {
+                    err,
+                    empty: !data.is_truthy()?,
+                }),
+            }
+        } else {
+            Err(PyTypeError::new_err(format!(
+                "data argument must be a bytes-like object, not '{}'",
+                data.get_type().name()?
+            )))
+        }
+    }
+
+    /// The bytes; no Python code runs while the slice is held.
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Self::Bytes(b) => b.as_bytes(),
+            // SAFETY: no Python code runs while the slice lives (see above), so the bytearray
+            // cannot be resized or freed under it.
+            Self::ByteArray(b) => unsafe { b.as_bytes() },
+            Self::View(v) => v.as_slice(),
+            Self::Unexported { .. } => &[],
+        }
+    }
+}
+
+impl StreamCore {
+    /// asyncio's `_SelectorSocketTransport.write`.
+    pub(super) fn write_impl(slf: &Bound<'_, Self>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let data = Data::new(data)?;
+        let outcome = {
+            let mut st = this.state.borrow(py)?;
+            if st.eof {
+                return Err(PyRuntimeError::new_err(
+                    "Cannot call write() after write_eof()",
+                ));
+            }
+            if st.empty_waiter.is_some() {
+                return Err(PyRuntimeError::new_err(
+                    "unable to write; sendfile is in progress",
+                ));
+            }
+            let bytes = data.as_slice();
+            let unexported = match &data {
+                Data::Unexported { empty, .. } => Some(*empty),
+                _ => None,
+            };
+            if bytes.is_empty() && unexported != Some(false) {
+                WriteOutcome::Done
+            } else if st.conn_lost > 0 {
+                let warn = st.conn_lost >= LOG_THRESHOLD_FOR_CONNLOST_WRITES;
+                st.conn_lost += 1;
+                WriteOutcome::Dropped { warn }
+            } else if unexported.is_some() {
+                let queued = !st.out.is_empty();
+                drop(st);
+                let Data::Unexported { err, .. } = data else {
+                    unreachable!("checked above")
+                };
+                if queued {
+                    return Err(PyTypeError::new_err(
+                        "can't set bytearray slice from memoryview",
+                    ));
+                }
+                return this.fatal(py, err, "Fatal write error on socket transport");
+            } else if st.out.is_empty() {
+                // Nothing queued: try to send now.
+                match st.out.flush_with(this.fd, bytes) {
+                    Ok(n) if n == bytes.len() => WriteOutcome::Done,
+                    Ok(n) => {
+                        st.out.push(&bytes[n..]);
+                        WriteOutcome::Queued {
+                            register: true,
+                            pause: st.out.pending() > st.high_water.bytes && !st.protocol_paused,
+                        }
+                    }
+                    Err(e) => WriteOutcome::Failed(e),
+                }
+            } else {
+                st.out.push(bytes);
+                WriteOutcome::Queued {
+                    register: false,
+                    pause: st.out.pending() > st.high_water.bytes && !st.protocol_paused,
+                }
+            }
+        };
+        drop(data);
+        match outcome {
+            WriteOutcome::Done => Ok(()),
+            WriteOutcome::Dropped { warn } => {
+                if warn {
+                    let logger = ASYNCIO_LOGGER.get_or_try_init(py, || {
+                        py.import("asyncio.log")?
+                            .getattr("logger")
+                            .map(Bound::unbind)
+                    })?;
+                    logger.bind(py).call_method1(
+                        intern!(py, "warning"),
+                        ("socket.send() raised exception.",),
+                    )?;
+                }
+                Ok(())
+            }
+            WriteOutcome::Failed(e) => this.fatal(
+                py,
+                os_error(py, &e),
+                "Fatal write error on socket transport",
+            ),
+            WriteOutcome::Queued { register, pause } => {
+                if register {
+                    Self::set_writer(slf, true)?;
+                }
+                if pause {
+                    this.call_transport(py, intern!(py, "_maybe_pause_protocol"), ())?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Registers (`on`) or removes the core as the fd's writer.
+    fn set_writer(slf: &Bound<'_, Self>, on: bool) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        LoopCore::set_native_callback(this.loop_.bind(py), this.fd, slf.as_any(), true, on)
+    }
+
+    /// The socket is writable: asyncio's `_write_ready`.
+    pub(super) fn on_writable(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let flushed = {
+            let mut st = this.state.borrow(py)?;
+            if st.conn_lost > 0 {
+                return Ok(());
+            }
+            match st.out.flush(this.fd) {
+                Ok(_) => Ok(st.protocol_paused && st.out.pending() <= st.low_water.bytes),
+                Err(e) => {
+                    st.out.clear();
+                    Err((e, st.empty_waiter.as_ref().map(|w| w.clone_ref(py))))
+                }
+            }
+        };
+        let resume = match flushed {
+            Ok(resume) => resume,
+            Err((e, waiter)) => {
+                Self::set_writer(slf, false)?;
+                let err = os_error(py, &e);
+                let exc = err.value(py).clone();
+                this.fatal(py, err, "Fatal write error on socket transport")?;
+                if let Some(waiter) = waiter {
+                    waiter
+                        .bind(py)
+                        .call_method1(intern!(py, "set_exception"), (exc,))?;
+                }
+                return Ok(());
+            }
+        };
+        if resume {
+            // May write more (the protocol's resume_writing can call write()).
+            this.call_transport(py, intern!(py, "_maybe_resume_protocol"), ())?;
+        }
+        let (drained, waiter, closing, eof) = {
+            let st = this.state.borrow(py)?;
+            (
+                st.out.is_empty(),
+                st.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
+                st.closing,
+                st.eof,
+            )
+        };
+        if !drained {
+            return Ok(());
+        }
+        Self::set_writer(slf, false)?;
+        if let Some(waiter) = waiter {
+            waiter
+                .bind(py)
+                .call_method1(intern!(py, "set_result"), (py.None(),))?;
+        }
+        if closing {
+            this.call_transport(py, intern!(py, "_call_connection_lost"), (py.None(),))?;
+        } else if eof {
+            // SAFETY: shutdown of the transport's open socket (conn_lost was 0 above and nothing
+            // since has scheduled connection_lost, or `closing` would be set).
+            cvt(unsafe { libc::shutdown(this.fd, libc::SHUT_WR) }).map_err(|e| os_error(py, &e))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,160 @@
+"""The native stream socket transport: asyncio's ``_SelectorSocketTransport`` over a Rust core.
+
+The class subclasses asyncio's own ``_SelectorSocketTransport`` (so ``isinstance(t,
+asyncio.Transport)`` holds and keeps its name, which asyncio prints in reprs and logs) and keeps
+asyncio's code for every cold path: ``close``-related bookkeeping, ``_fatal_error``,
+``_read_ready__on_eof``, flow-control callbacks, ``pause_reading``/``resume_reading``, the
+sendfile hooks, ``__repr__`` and ``__del__``. The hot paths are the native ``StreamCore``
+(``crates/py/src/transport/``):
+
+- the core is the fd's reader callback (``_read_ready``): readiness → ``recv`` into a reused
+  buffer → ``data_received(bytes)``, or ``recv`` into the buffer of a ``BufferedProtocol``;
+- ``write``, ``get_write_buffer_size`` and ``is_closing`` are the core's bound methods stored on
+  the instance, so calling them runs no Python frame;
+- the state both sides read (``_protocol``, ``_conn_lost``, ``_closing``, ``_eof``,
+  ``_empty_waiter``, ``_protocol_paused``, ``_high_water``, ``_low_water``) lives in the core and
+  appears here as properties; the write buffer is the core's ``OutQueue``.
+
+Used for plain ``socket.socket`` objects of type ``SOCK_STREAM`` in ``AF_INET``, ``AF_INET6`` and
+``AF_UNIX``; anything else gets asyncio's class (see ``_transports.TransportOps``).
+"""
+
+from __future__ import annotations
+
+import socket
+from asyncio import base_events, futures, protocols, selector_events, transports, trsock
+from operator import attrgetter
+from typing import Any
+
+from ._native import StreamCore
+
+
+def _core_attr(name: str) -> property:
+    def set_(self: Any, value: Any) -> None:
+        setattr(self._core, name, value)
+
+    return property(attrgetter(f"_core.{name}"), set_)
+
+
+class _SelectorSocketTransport(selector_events._SelectorSocketTransport):
+    _protocol = _core_attr("_protocol")
+    _conn_lost = _core_attr("_conn_lost")
+    _closing = _core_attr("_closing")
+    _eof = _core_attr("_eof")
+    _empty_waiter = _core_attr("_empty_waiter")
+    _protocol_paused = _core_attr("_protocol_paused")
+    _high_water = _core_attr("_high_water")
+    _low_water = _core_attr("_low_water")
+
+    def __init__(
+        self,
+        loop: Any,
+        sock: socket.socket,
+        protocol: Any,
+        waiter: Any = None,
+        extra: Any = None,
+        server: Any = None,
+    ) -> None:
+        # The same steps as asyncio's _SelectorTransport/_SelectorSocketTransport constructors,
+        # with the core in place of the Python buffer and callbacks.
+        core = StreamCore._attach(loop, self, sock.fileno())
+        self._core = core
+        self._read_ready = core
+        self.write = core.write  # type: ignore[method-assign]
+        self.get_write_buffer_size = core.get_write_buffer_size  # type: ignore[method-assign]
+        self.is_closing = core.is_closing  # type: ignore[method-assign]
+        transports._FlowControlMixin.__init__(self, extra, loop)
+        self._extra["socket"] = trsock.TransportSocket(sock)
+        try:
+            self._extra["sockname"] = sock.getsockname()
+        except OSError:
+            self._extra["sockname"] = None
+        if "peername" not in self._extra:
+            try:
+                self._extra["peername"] = sock.getpeername()
+            except OSError:
+                self._extra["peername"] = None
+        self._sock = sock
+        self._sock_fd = sock.fileno()
+        self._protocol_connected = False
+        self.set_protocol(protocol)
+        self._server = server
+        self._paused = False
+        if server is not None:
+            server._attach()
+        loop._transports[self._sock_fd] = self
+
+        base_events._set_nodelay(sock)
+        loop.call_soon(protocol.connection_made, self)
+        # Reading starts once connection_made() has run; then the waiter is woken.
+        loop.call_soon(self._add_reader, self._sock_fd, core)
+        if waiter is not None:
+            loop.call_soon(futures._set_result_unless_cancelled, waiter, None)
+
+    def set_protocol(self, protocol: Any) -> None:
+        self._core.set_protocol(protocol, isinstance(protocol, protocols.BufferedProtocol))
+        self._protocol_connected = True
+
+    def writelines(self, list_of_data: Any) -> None:
+        # asyncio 3.11's WriteTransport.writelines, spelled out: later versions of the parent
+        # class replace it with one that appends to the Python buffer this class does not have.
+        self.write(b"".join(list_of_data))
+
+    def close(self) -> None:
+        core = self._core
+        if core._closing:
+            return
+        core._closing = True
+        self._loop._remove_reader(self._sock_fd)
+        if not core.get_write_buffer_size():
+            core._conn_lost += 1
+            self._loop._remove_writer(self._sock_fd)
+            self._loop.call_soon(self._call_connection_lost, None)
+
+    def _force_close(self, exc: BaseException | None) -> None:
+        core = self._core
+        if core._conn_lost:
+            return
+        if core._discard_buffer():
+            self._loop._remove_writer(self._sock_fd)
+        if not core._closing:
+            core._closing = True
+            self._loop._remove_reader(self._sock_fd)
+        core._conn_lost += 1
+        self._loop.call_soon(self._call_connection_lost, exc)
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        try:
+            super()._call_connection_lost(exc)
+        finally:
+            # Breaks the transport <-> core cycle now rather than at the next GC pass.
+            self._core._release()
+
+    def write_eof(self) -> None:
+        core = self._core
+        if core._closing or core._eof:
+            return
+        core._eof = True
+        if not core.get_write_buffer_size():
+            self._sock.shutdown(socket.SHUT_WR)
+
+    def _make_empty_waiter(self) -> Any:
+        if self._empty_waiter is not None:
+            raise RuntimeError("Empty waiter is already set")
+        waiter = self._loop.create_future()
+        self._empty_waiter = waiter
+        if not self.get_write_buffer_size():
+            waiter.set_result(None)
+        return waiter
+
+
+_NATIVE_FAMILIES = frozenset({socket.AF_INET, socket.AF_INET6, socket.AF_UNIX})
+
+
+def native_capable(sock: Any) -> bool:
+    """Whether the native transport covers ``sock``: a plain stream socket (no wrapper)."""
+    return (
+        type(sock) is socket.socket
+        and sock.type == socket.SOCK_STREAM
+        and sock.family in _NATIVE_FAMILIES
+    )
