@@ -20,12 +20,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+# Upper bound for one test's coroutine under ``run``; far above what any test needs on loopback.
+RUN_TIMEOUT = 10.0
 
 
 def _new_ferroloop() -> asyncio.AbstractEventLoop:
@@ -177,3 +180,17 @@ def loop(request: pytest.FixtureRequest, loop_factory: LoopFactory) -> Iterator[
     calls.consume()
     if message is not None:
         pytest.fail(message, pytrace=False)
+
+
+@pytest.fixture
+def run(loop) -> Callable[..., Any]:
+    """``run(coroutine)``: run it on ``loop`` to completion, at most RUN_TIMEOUT seconds."""
+
+    def run(coroutine: Coroutine[Any, Any, Any], timeout: float = RUN_TIMEOUT) -> Any:
+        async def bounded() -> Any:
+            async with asyncio.timeout(timeout):
+                return await coroutine
+
+        return loop.run_until_complete(bounded())
+
+    return run

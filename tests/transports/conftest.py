@@ -1,8 +1,8 @@
-"""Fixtures for the transport tests: bounded runs, recording protocols, ports and TLS contexts.
+"""Fixtures for the transport tests: recording protocols, ports and TLS contexts.
 
 Everything listens on 127.0.0.1 (or a Unix path under ``tmp_path``) and every await is
-bounded by ``run``'s timeout, so a loop that never delivers an event fails the test with
-``TimeoutError`` instead of hanging until the per-test timeout.
+bounded by the timeout of ``run`` (tests/conftest.py), so a loop that never delivers an event
+fails the test with ``TimeoutError`` instead of hanging until the per-test timeout.
 
 Helpers are handed out as fixtures (``run``, ``recorder``, ``tcp_echo``...) rather than
 imported, so the test files stay independent of how pytest puts directories on sys.path.
@@ -18,23 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-# Upper bound for one test's coroutine; far above what any test needs on loopback.
-RUN_TIMEOUT = 10.0
-
-
-@pytest.fixture
-def run(loop) -> Callable[..., Any]:
-    """``run(coroutine)``: run it on ``loop`` to completion, at most RUN_TIMEOUT seconds."""
-
-    def run(coroutine: Coroutine[Any, Any, Any], timeout: float = RUN_TIMEOUT) -> Any:
-        async def bounded() -> Any:
-            async with asyncio.timeout(timeout):
-                return await coroutine
-
-        return loop.run_until_complete(bounded())
-
-    return run
 
 
 class RecordingProtocol(asyncio.Protocol):
