@@ -1,0 +1,105 @@
+"""The websockets library, unchanged: its asyncio server and client (``websockets.asyncio``)."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+from typing import Any
+
+from websockets.asyncio.client import connect, unix_connect
+from websockets.asyncio.server import ServerConnection, serve, unix_serve
+from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK
+
+
+async def echo(websocket: ServerConnection) -> None:
+    async for message in websocket:
+        await websocket.send(message)
+
+
+def url_of(server: Any) -> str:
+    host, port = server.sockets[0].getsockname()[:2]
+    return f"ws://{host}:{port}"
+
+
+def test_echo_text_binary_and_ping(run) -> None:
+    async def main() -> list[Any]:
+        async with serve(echo, "127.0.0.1", 0) as server, connect(url_of(server)) as client:
+            await client.send("héllo")
+            text = await client.recv()
+            await client.send(b"\x00\xff" * 500)
+            binary = await client.recv()
+            latency = await (await client.ping(b"ping data"))
+            return [text, binary, latency >= 0]
+
+    assert run(main()) == ["héllo", b"\x00\xff" * 500, True]
+
+
+def test_echo_over_a_unix_socket(run, tmp_path: Path) -> None:
+    path = str(tmp_path / "ws.sock")
+
+    async def main() -> Any:
+        async with (
+            unix_serve(echo, path),
+            unix_connect(path, uri="ws://localhost/") as client,
+        ):
+            await client.send("over unix")
+            return await client.recv()
+
+    assert run(main()) == "over unix"
+
+
+def test_large_message(run) -> None:
+    payload = random.Random(5).randbytes(4 * 1024 * 1024)
+
+    async def digest(websocket: ServerConnection) -> None:
+        message = await websocket.recv()
+        await websocket.send(hashlib.sha256(message).hexdigest())
+        await websocket.send(message)
+
+    async def main() -> tuple[Any, Any]:
+        async with (
+            serve(digest, "127.0.0.1", 0, max_size=None) as server,
+            connect(url_of(server), max_size=None) as client,
+        ):
+            await client.send(payload)
+            return await client.recv(), await client.recv()
+
+    hexdigest, echoed = run(main())
+    assert hexdigest == hashlib.sha256(payload).hexdigest()
+    assert echoed == payload
+
+
+def test_client_close_code_reaches_the_server(run, loop) -> None:
+    received = loop.create_future()
+
+    async def wait_for_close(websocket: ServerConnection) -> None:
+        try:
+            await websocket.recv()
+        except ConnectionClosedError as exc:  # 4001 is not a normal closure (1000 or 1001)
+            received.set_result((exc.rcvd.code, exc.rcvd.reason))
+
+    async def main() -> tuple[Any, Any, Any]:
+        async with serve(wait_for_close, "127.0.0.1", 0) as server:
+            client = await connect(url_of(server))
+            await client.close(code=4001, reason="client is done")
+            return await received, client.close_code, client.close_reason
+
+    assert run(main()) == ((4001, "client is done"), 4001, "client is done")
+
+
+def test_server_closes_first(run) -> None:
+    async def goodbye(websocket: ServerConnection) -> None:
+        await websocket.send("last words")
+        await websocket.close(code=1001, reason="going away")
+
+    async def main() -> tuple[Any, Any, Any]:
+        async with serve(goodbye, "127.0.0.1", 0) as server, connect(url_of(server)) as client:
+            last = await client.recv()
+            try:
+                await client.recv()
+            except ConnectionClosedOK as exc:
+                return last, exc.rcvd.code, exc.rcvd.reason
+            raise AssertionError("the second recv() returned")
+
+    assert run(main()) == ("last words", 1001, "going away")
