@@ -11,54 +11,13 @@ import asyncio
 import hashlib
 import random
 import ssl
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
-
-ServeApp = Callable[..., Coroutine[Any, Any, str]]
-
-# A handler left waiting at the end of a test gets this long to finish at cleanup.
-SHUTDOWN_TIMEOUT = 1.0
-
-
-@pytest.fixture
-def serve_app(loop) -> Iterator[ServeApp]:
-    """``await serve_app(app, ssl_context=None, unix_path=None, **runner_kwargs)`` -> base URL.
-
-    Serves ``app`` on 127.0.0.1 (an ephemeral port) or on a Unix socket; every runner is
-    cleaned up at teardown.
-    """
-    runners: list[web.AppRunner] = []
-
-    async def serve(
-        app: web.Application,
-        *,
-        ssl_context: ssl.SSLContext | None = None,
-        unix_path: Path | None = None,
-        **runner_kwargs: Any,
-    ) -> str:
-        runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT, **runner_kwargs)
-        await runner.setup()
-        runners.append(runner)
-        if unix_path is not None:
-            await web.UnixSite(runner, str(unix_path)).start()
-            return "http://localhost"
-        await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context).start()
-        host, port = runner.addresses[0][:2]
-        return f"{'https' if ssl_context else 'http'}://{host}:{port}"
-
-    yield serve
-
-    async def cleanup() -> None:
-        async with asyncio.timeout(10):
-            for runner in runners:
-                await runner.cleanup()
-
-    loop.run_until_complete(cleanup())
 
 
 async def double(request: web.Request) -> web.Response:
@@ -72,7 +31,7 @@ def json_app() -> web.Application:
     return app
 
 
-def test_json_round_trip(run, serve_app: ServeApp) -> None:
+def test_json_round_trip(run, serve_app) -> None:
     async def main() -> tuple[int, Any]:
         url = await serve_app(json_app())
         async with (
@@ -84,7 +43,7 @@ def test_json_round_trip(run, serve_app: ServeApp) -> None:
     assert run(main()) == (200, {"doubled": [2, 4, 6], "path": "/double"})
 
 
-def test_unix_site(run, serve_app: ServeApp, tmp_path: Path) -> None:
+def test_unix_site(run, serve_app, tmp_path: Path) -> None:
     path = tmp_path / "aiohttp.sock"
 
     async def main() -> tuple[int, Any]:
@@ -100,7 +59,7 @@ def test_unix_site(run, serve_app: ServeApp, tmp_path: Path) -> None:
 
 
 def test_https_with_a_certificate_made_at_test_time(
-    run, serve_app: ServeApp, tls_server: ssl.SSLContext, tls_client: ssl.SSLContext
+    run, serve_app, tls_server: ssl.SSLContext, tls_client: ssl.SSLContext
 ) -> None:
     async def main() -> tuple[Any, type[BaseException]]:
         url = await serve_app(json_app(), ssl_context=tls_server)
@@ -119,7 +78,7 @@ def test_https_with_a_certificate_made_at_test_time(
     assert issubclass(certificate_error, ssl.SSLCertVerificationError)
 
 
-def test_streamed_response_read_in_chunks(run, serve_app: ServeApp) -> None:
+def test_streamed_response_read_in_chunks(run, serve_app) -> None:
     parts = [bytes([n]) * (1000 + n) for n in range(200)]
 
     async def stream(request: web.Request) -> web.StreamResponse:
@@ -145,7 +104,7 @@ def test_streamed_response_read_in_chunks(run, serve_app: ServeApp) -> None:
     assert b"".join(chunks) == b"".join(parts)
 
 
-def test_large_streamed_upload_checked_by_hash(run, serve_app: ServeApp) -> None:
+def test_large_streamed_upload_checked_by_hash(run, serve_app) -> None:
     payload = random.Random(3).randbytes(8 * 1024 * 1024)
 
     async def upload(request: web.Request) -> web.Response:
@@ -173,7 +132,7 @@ def test_large_streamed_upload_checked_by_hash(run, serve_app: ServeApp) -> None
     assert run(main()) == {"size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
 
 
-def test_concurrent_requests_share_keep_alive_connections(run, serve_app: ServeApp) -> None:
+def test_concurrent_requests_share_keep_alive_connections(run, serve_app) -> None:
     peers: set[Any] = set()
 
     async def echo(request: web.Request) -> web.Response:
@@ -198,7 +157,7 @@ def test_concurrent_requests_share_keep_alive_connections(run, serve_app: ServeA
     assert 1 <= len(peers) <= 4
 
 
-def test_server_side_timeout_on_a_stalled_upload(run, serve_app: ServeApp) -> None:
+def test_server_side_timeout_on_a_stalled_upload(run, serve_app) -> None:
     seen: list[BaseException] = []
 
     async def impatient(request: web.Request) -> web.Response:
@@ -228,9 +187,7 @@ def test_server_side_timeout_on_a_stalled_upload(run, serve_app: ServeApp) -> No
     assert [type(exc) for exc in seen] == [TimeoutError]
 
 
-def test_client_side_timeout_and_the_server_sees_the_disconnect(
-    run, serve_app: ServeApp, loop
-) -> None:
+def test_client_side_timeout_and_the_server_sees_the_disconnect(run, serve_app, loop) -> None:
     handler_cancelled = loop.create_future()
 
     async def never(request: web.Request) -> web.Response:
@@ -254,7 +211,7 @@ def test_client_side_timeout_and_the_server_sees_the_disconnect(
     assert run(main()) is True
 
 
-def test_client_disconnects_mid_response(run, serve_app: ServeApp, loop) -> None:
+def test_client_disconnects_mid_response(run, serve_app, loop) -> None:
     server_error = loop.create_future()
     part = b"x" * 65536
 
@@ -283,7 +240,7 @@ def test_client_disconnects_mid_response(run, serve_app: ServeApp, loop) -> None
     assert isinstance(error, ConnectionError)
 
 
-def test_websocket_echo_text_binary_ping_and_close(run, serve_app: ServeApp, loop) -> None:
+def test_websocket_echo_text_binary_ping_and_close(run, serve_app, loop) -> None:
     server_close_code = loop.create_future()
 
     async def echo(request: web.Request) -> web.WebSocketResponse:
