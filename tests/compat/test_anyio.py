@@ -1,0 +1,285 @@
+"""anyio on its asyncio backend, run by the loop under test.
+
+anyio reaches the loop in its own ways: its TCP listener accepts with ``loop.sock_accept`` on a
+raw socket, its Unix streams wait with ``loop.add_reader``/``add_writer`` and call the socket
+directly, TLS runs ``ssl.MemoryBIO`` over a TCP stream, threads come back through
+``call_soon_threadsafe``, and cancel scopes cancel tasks blocked in any of these.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import ssl
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import ByteStream, Listener, SocketAttribute
+from anyio.streams.buffered import BufferedByteReceiveStream
+from anyio.streams.tls import TLSAttribute, TLSListener
+
+PAYLOAD = random.Random(11).randbytes(1024 * 1024)
+
+
+async def upper_echo(stream: ByteStream) -> None:
+    """Echo every chunk upper-cased until the peer's EOF, then close."""
+    async with stream:
+        async for chunk in stream:
+            await stream.send(chunk.upper())
+
+
+@asynccontextmanager
+async def serving(listener: Listener[Any]) -> AsyncIterator[None]:
+    """Serve ``upper_echo`` on ``listener`` for the duration of the block, then close it."""
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, upper_echo)
+        yield
+        tg.cancel_scope.cancel()
+
+
+async def exchange(stream: ByteStream, payload: bytes) -> bytes:
+    """Send ``payload`` while receiving as many bytes back (both directions at once)."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stream.send, payload)
+        received = await BufferedByteReceiveStream(stream).receive_exactly(len(payload))
+    return received
+
+
+async def send_all_then_read_to_eof(stream: ByteStream, payload: bytes) -> bytes:
+    """Send ``payload``, half-close, and read everything the peer sends until its EOF."""
+    chunks: list[bytes] = []
+
+    async def read_to_eof() -> None:
+        async for chunk in stream:
+            chunks.append(chunk)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read_to_eof)
+        await stream.send(payload)
+        await stream.send_eof()
+    return b"".join(chunks)
+
+
+def test_tcp_listener_and_connect_tcp(run) -> None:
+    async def main() -> tuple[bytes, Any]:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = listener.extra(SocketAttribute.local_port)
+        async with serving(listener), await anyio.connect_tcp("127.0.0.1", port) as stream:
+            remote_port = stream.extra(SocketAttribute.remote_port)
+            return await send_all_then_read_to_eof(stream, PAYLOAD), remote_port == port
+
+    assert run(main()) == (PAYLOAD.upper(), True)
+
+
+def test_unix_listener_and_connect_unix(run, tmp_path: Path) -> None:
+    path = tmp_path / "anyio.sock"
+
+    async def main() -> bytes:
+        listener = await anyio.create_unix_listener(path)
+        async with serving(listener), await anyio.connect_unix(path) as stream:
+            return await send_all_then_read_to_eof(stream, PAYLOAD)
+
+    assert run(main()) == PAYLOAD.upper()
+
+
+def test_tls_streams(run, tls_server: ssl.SSLContext, tls_client: ssl.SSLContext) -> None:
+    async def main() -> tuple[bytes, Any, Any]:
+        tcp = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = tcp.extra(SocketAttribute.local_port)
+        async with serving(TLSListener(tcp, tls_server)):
+            stream = await anyio.connect_tcp(
+                "127.0.0.1", port, ssl_context=tls_client, tls_hostname="localhost"
+            )
+            async with stream:
+                echoed = await exchange(stream, PAYLOAD)
+                certificate = stream.extra(TLSAttribute.peer_certificate)
+                subject = dict(item[0] for item in certificate["subject"])
+                return echoed, subject, stream.extra(TLSAttribute.tls_version)
+
+    echoed, subject, version = run(main())
+    assert echoed == PAYLOAD.upper()
+    assert "organizationName" in subject
+    assert version.startswith("TLSv1.")
+
+
+def test_tls_handshake_refuses_an_untrusted_certificate(run, tls_server: ssl.SSLContext) -> None:
+    async def main() -> None:
+        tcp = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = tcp.extra(SocketAttribute.local_port)
+        async with serving(TLSListener(tcp, tls_server)):
+            with pytest.raises(ssl.SSLCertVerificationError):
+                await anyio.connect_tcp("127.0.0.1", port, tls=True, tls_hostname="localhost")
+
+    run(main())
+
+
+REVERSE_STDIN = (
+    "import sys; data = sys.stdin.buffer.read(); sys.stdout.buffer.write(data[::-1]); "
+    "sys.stderr.write('%d bytes' % len(data)); sys.exit(7)"
+)
+
+
+def test_open_process_pipes(run) -> None:
+    async def main() -> tuple[bytes, bytes, int | None]:
+        async with await anyio.open_process([sys.executable, "-c", REVERSE_STDIN]) as process:
+            assert process.stdin is not None
+            assert process.stdout is not None
+            assert process.stderr is not None
+            async with anyio.create_task_group() as tg:
+                out: list[bytes] = []
+                err: list[bytes] = []
+
+                async def collect(stream: Any, into: list[bytes]) -> None:
+                    async for chunk in stream:
+                        into.append(chunk)
+
+                tg.start_soon(collect, process.stdout, out)
+                tg.start_soon(collect, process.stderr, err)
+                await process.stdin.send(PAYLOAD)
+                await process.stdin.aclose()
+            return b"".join(out), b"".join(err), await process.wait()
+
+    assert run(main()) == (PAYLOAD[::-1], b"%d bytes" % len(PAYLOAD), 7)
+
+
+def test_run_process(run) -> None:
+    async def main() -> tuple[Any, Any, Any, int]:
+        done = await anyio.run_process(
+            [sys.executable, "-c", REVERSE_STDIN], input=b"abc", check=False
+        )
+        with pytest.raises(subprocess.CalledProcessError) as failed:
+            await anyio.run_process([sys.executable, "-c", REVERSE_STDIN], input=b"xyz")
+        return done.stdout, done.stderr, done.returncode, failed.value.returncode
+
+    assert run(main()) == (b"cba", b"3 bytes", 7, 7)
+
+
+def test_cancel_scope_cancels_a_receive_and_the_stream_stays_usable(run) -> None:
+    async def main() -> tuple[bool, bytes]:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = listener.extra(SocketAttribute.local_port)
+        async with serving(listener), await anyio.connect_tcp("127.0.0.1", port) as stream:
+            with anyio.move_on_after(0.05) as scope:
+                await stream.receive()  # nothing was sent: nothing comes back
+            # The cancelled receive consumed nothing: the next exchange is whole.
+            return scope.cancelled_caught, await exchange(stream, b"after the cancel")
+
+    assert run(main()) == (True, b"AFTER THE CANCEL")
+
+
+def test_failing_task_cancels_siblings_blocked_in_io(run, tmp_path: Path) -> None:
+    cancelled: list[str] = []
+
+    async def cancellable(name: str, blocking: Awaitable[Any]) -> None:
+        try:
+            await blocking
+        except anyio.get_cancelled_exc_class():
+            cancelled.append(name)
+            raise
+
+    async def fail() -> None:
+        await anyio.sleep(0.05)
+        raise LookupError("boom")
+
+    async def main() -> bytes:
+        unix = await anyio.create_unix_listener(tmp_path / "blocked.sock")
+        tcp = (await anyio.create_tcp_listener(local_host="127.0.0.1")).listeners[0]
+        async with unix, tcp:
+            client = await anyio.connect_unix(tmp_path / "blocked.sock")
+            async with client, await unix.accept() as server_side:
+                with pytest.raises(ExceptionGroup) as group:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(cancellable, "receive", client.receive())
+                        tg.start_soon(cancellable, "unix accept", unix.accept())
+                        tg.start_soon(cancellable, "tcp accept", tcp.accept())
+                        tg.start_soon(fail)
+                assert [type(exc) for exc in group.value.exceptions] == [LookupError]
+                # The cancelled receive left the stream usable.
+                await server_side.send(b"still connected")
+                return await BufferedByteReceiveStream(client).receive_exactly(15)
+
+    assert run(main()) == b"still connected"
+    assert sorted(cancelled) == ["receive", "tcp accept", "unix accept"]
+
+
+def test_to_thread_and_back(run) -> None:
+    async def on_loop(value: int) -> tuple[int, int]:
+        return value * 2, threading.get_ident()
+
+    def in_thread() -> tuple[int, int, int]:
+        doubled, loop_thread = anyio.from_thread.run(on_loop, 21)
+        return doubled, loop_thread, threading.get_ident()
+
+    async def main() -> tuple[int, bool, bool]:
+        doubled, loop_thread, worker = await anyio.to_thread.run_sync(in_thread)
+        results = await gather_threads(10)
+        return doubled, loop_thread == threading.get_ident() != worker, results == list(range(10))
+
+    async def gather_threads(count: int) -> list[int]:
+        results: list[int] = [-1] * count
+
+        async def one(n: int) -> None:
+            results[n] = await anyio.to_thread.run_sync(lambda: n)
+
+        async with anyio.create_task_group() as tg:
+            for n in range(count):
+                tg.start_soon(one, n)
+        return results
+
+    assert run(main()) == (42, True, True)
+
+
+def test_sleep_never_returns_early_and_wakes_in_order(run) -> None:
+    async def main() -> tuple[list[float], list[float]]:
+        order: list[float] = []
+
+        async def sleeper(delay: float) -> None:
+            start = anyio.current_time()
+            await anyio.sleep(delay)
+            slept.append(anyio.current_time() - start - delay)
+            order.append(delay)
+
+        slept: list[float] = []
+        delays = [0.06, 0.0, 0.03, 0.09, 0.01]
+        async with anyio.create_task_group() as tg:
+            for delay in delays:
+                tg.start_soon(sleeper, delay)
+        return order, slept
+
+    order, overshoot = run(main())
+    assert order == sorted(order)
+    # asyncio itself runs a timer due within its clock resolution (1 ns here); a microsecond
+    # is far below any rounding of a timeout to the poller's milliseconds.
+    assert all(late >= -1e-6 for late in overshoot), overshoot
+
+
+def test_fail_after_raises_timeout(run) -> None:
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(0.02):
+                await anyio.sleep_forever()
+
+    run(main())
+
+
+def test_fd_count_is_flat_after_streams_and_processes(run, tmp_path: Path) -> None:
+    """The streams, listeners and processes above leave no descriptor open behind them."""
+
+    async def cycle() -> None:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = listener.extra(SocketAttribute.local_port)
+        async with serving(listener), await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await exchange(stream, b"x")
+        await anyio.run_process([sys.executable, "-c", "pass"])
+
+    run(cycle())
+    before = len(os.listdir("/proc/self/fd"))
+    run(cycle())
+    assert len(os.listdir("/proc/self/fd")) == before
