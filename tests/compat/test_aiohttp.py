@@ -282,3 +282,81 @@ def test_websocket_echo_text_binary_ping_and_close(run, serve_app, loop) -> None
         aiohttp.WSCloseCode.OK,
         4000,
     ]
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["sendfile", "tls-fallback"])
+def test_file_response(
+    run,
+    serve_app,
+    tmp_path: Path,
+    tls: bool,
+    tls_server: ssl.SSLContext,
+    tls_client: ssl.SSLContext,
+) -> None:
+    """FileResponse hands the file to ``loop.sendfile`` (plain TCP) or reads it (TLS)."""
+    payload = random.Random(9).randbytes(5 * 1024 * 1024 + 17)
+    path = tmp_path / "payload.bin"
+    path.write_bytes(payload)
+
+    async def file(request: web.Request) -> web.FileResponse:
+        return web.FileResponse(path)
+
+    async def main() -> tuple[str | None, str]:
+        app = web.Application()
+        app.router.add_get("/file", file)
+        url = await serve_app(app, ssl_context=tls_server if tls else None)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{url}/file", ssl=tls_client if tls else True) as response,
+        ):
+            digest = hashlib.sha256()
+            async for chunk in response.content.iter_chunked(256 * 1024):
+                digest.update(chunk)
+            return response.headers.get("Content-Length"), digest.hexdigest()
+
+    assert run(main()) == (str(len(payload)), hashlib.sha256(payload).hexdigest())
+
+
+def test_slow_reader_of_a_large_response(run, serve_app) -> None:
+    """The client stops reading; the server's writes wait on flow control, then all arrive."""
+    payload = random.Random(13).randbytes(6 * 1024 * 1024)
+
+    async def big(request: web.Request) -> web.Response:
+        return web.Response(body=payload)
+
+    async def main() -> bytes:
+        app = web.Application()
+        app.router.add_get("/big", big)
+        url = await serve_app(app)
+        async with aiohttp.ClientSession() as session, session.get(f"{url}/big") as response:
+            received = bytearray()
+            while chunk := await response.content.read(32 * 1024):
+                received += chunk
+                if len(received) % (1024 * 1024) < 32 * 1024:
+                    await asyncio.sleep(0.01)  # let the buffers fill and flow control act
+            return bytes(received)
+
+    assert run(main()) == payload
+
+
+def test_keep_alive_connection_closed_by_the_server_is_replaced(run, serve_app) -> None:
+    peers: list[Any] = []
+
+    async def hello(request: web.Request) -> web.Response:
+        peers.append(request.transport.get_extra_info("peername"))
+        return web.Response(text="hello")
+
+    async def main() -> list[str]:
+        app = web.Application()
+        app.router.add_get("/", hello)
+        url = await serve_app(app, keepalive_timeout=0.05)
+        texts = []
+        async with aiohttp.ClientSession() as session:
+            for _ in range(2):
+                async with session.get(url) as response:
+                    texts.append(await response.text())
+                await asyncio.sleep(0.3)  # past the server's keep-alive timeout
+        return texts
+
+    assert run(main()) == ["hello", "hello"]
+    assert len(set(peers)) == 2
