@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -33,6 +34,33 @@ def test_keep_alive_connection_is_reused(run, serve_app) -> None:
     assert run(main()) == [str(n) for n in range(20)]
     assert len(peers) == 20
     assert len(set(peers)) == 1
+
+
+def test_https_against_a_tls_site(
+    run, serve_app, tls_server: ssl.SSLContext, tls_client: ssl.SSLContext
+) -> None:
+    async def hello(request: web.Request) -> web.Response:
+        return web.json_response({"secure": request.secure})
+
+    async def main() -> tuple[Any, list[type[BaseException]]]:
+        app = web.Application()
+        app.router.add_get("/", hello)
+        url = await serve_app(app, ssl_context=tls_server)
+        async with httpx.AsyncClient(verify=tls_client) as client:
+            body = (await client.get(url)).json()
+        async with httpx.AsyncClient() as untrusting:  # the default CAs
+            with pytest.raises(httpx.ConnectError) as refused:
+                await untrusting.get(url)
+        chain: list[type[BaseException]] = []
+        exc: BaseException | None = refused.value
+        while exc is not None:
+            chain.append(type(exc))
+            exc = exc.__cause__ or exc.__context__
+        return body, chain
+
+    body, chain = run(main())
+    assert body == {"secure": True}
+    assert ssl.SSLCertVerificationError in chain, chain
 
 
 def test_streamed_download_and_upload(run, serve_app) -> None:

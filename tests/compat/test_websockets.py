@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,45 @@ def test_echo_over_a_unix_socket(run, tmp_path: Path) -> None:
             return await client.recv()
 
     assert run(main()) == "over unix"
+
+
+def test_secure_websocket(run, tls_server: ssl.SSLContext, tls_client: ssl.SSLContext) -> None:
+    async def main() -> tuple[Any, Any]:
+        async with (
+            serve(echo, "127.0.0.1", 0, ssl=tls_server) as server,
+            connect(
+                url_of(server).replace("ws://", "wss://"),
+                ssl=tls_client,
+                server_hostname="localhost",
+            ) as client,
+        ):
+            await client.send("over TLS")
+            cipher = client.transport.get_extra_info("cipher")
+            return await client.recv(), cipher is not None
+
+    assert run(main()) == ("over TLS", True)
+
+
+def test_server_close_closes_open_connections_with_going_away(run, loop) -> None:
+    connected = loop.create_future()
+
+    async def idle(websocket: ServerConnection) -> None:
+        connected.set_result(None)
+        await websocket.wait_closed()
+
+    async def main() -> tuple[Any, Any]:
+        server = await serve(idle, "127.0.0.1", 0)
+        async with connect(url_of(server)) as client:
+            await connected
+            server.close()
+            await server.wait_closed()
+            try:
+                await client.recv()
+            except ConnectionClosedOK as exc:
+                return exc.rcvd.code, client.state.name
+        raise AssertionError("recv() returned after the server closed")
+
+    assert run(main()) == (1001, "CLOSED")
 
 
 def test_large_message(run) -> None:
