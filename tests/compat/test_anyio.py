@@ -8,8 +8,11 @@ directly, TLS runs ``ssl.MemoryBIO`` over a TCP stream, threads come back throug
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
+import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -283,3 +286,132 @@ def test_fd_count_is_flat_after_streams_and_processes(run, tmp_path: Path) -> No
     before = len(os.listdir("/proc/self/fd"))
     run(cycle())
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_signal_receiver(run) -> None:
+    """anyio hands signals to ``loop.add_signal_handler`` and takes them back on exit."""
+
+    async def main() -> list[signal.Signals]:
+        received: list[signal.Signals] = []
+        with anyio.open_signal_receiver(signal.SIGUSR1, signal.SIGUSR2) as signals:
+            os.kill(os.getpid(), signal.SIGUSR2)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            async for signum in signals:
+                received.append(signum)
+                if len(received) == 2:
+                    break
+        return sorted(received)
+
+    assert run(main()) == [signal.SIGUSR1, signal.SIGUSR2]
+
+
+def test_udp_sockets(run) -> None:
+    async def main() -> tuple[Any, Any]:
+        async with (
+            await anyio.create_udp_socket(local_host="127.0.0.1") as server,
+            await anyio.create_connected_udp_socket(
+                "127.0.0.1", server.extra(SocketAttribute.local_port)
+            ) as client,
+        ):
+            await client.send(b"ping")
+            data, address = await server.receive()
+            await server.sendto(data.upper(), *address)
+            return await client.receive(), address[1] == client.extra(SocketAttribute.local_port)
+
+    assert run(main()) == (b"PING", True)
+
+
+def test_unix_datagram_sockets(run, tmp_path: Path) -> None:
+    server_path = tmp_path / "server.dgram"
+    client_path = tmp_path / "client.dgram"
+
+    async def main() -> tuple[bytes, bytes]:
+        async with (
+            await anyio.create_unix_datagram_socket(local_path=server_path) as server,
+            await anyio.create_connected_unix_datagram_socket(
+                server_path, local_path=client_path
+            ) as client,
+        ):
+            await client.send(b"datagram")
+            data, sender = await server.receive()
+            await server.sendto(data[::-1], sender)
+            return await client.receive(), str(sender).encode()
+
+    assert run(main()) == (b"margatad", str(client_path).encode())
+
+
+def test_connect_tcp_to_localhost_falls_back_across_addresses(run) -> None:
+    """'localhost' resolves to ::1 and 127.0.0.1; only the latter listens (happy eyeballs)."""
+
+    async def main() -> Any:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = listener.extra(SocketAttribute.local_port)
+        async with serving(listener), await anyio.connect_tcp("localhost", port) as stream:
+            return await exchange(stream, b"via localhost"), stream.extra(
+                SocketAttribute.remote_address
+            )[0]
+
+    assert run(main()) == (b"VIA LOCALHOST", "127.0.0.1")
+
+
+def test_getaddrinfo_and_getnameinfo(run) -> None:
+    async def main() -> tuple[Any, Any]:
+        infos = await anyio.getaddrinfo("127.0.0.1", 80, type=socket.SOCK_STREAM)
+        name = await anyio.getnameinfo(("127.0.0.1", 80), socket.NI_NUMERICHOST)
+        return [info[4] for info in infos], name
+
+    assert run(main()) == ([("127.0.0.1", 80)], ("127.0.0.1", "http"))
+
+
+def test_wait_readable_on_a_raw_socket(run) -> None:
+    async def main() -> bytes:
+        left, right = socket.socketpair()
+        with left, right:
+            left.setblocking(False)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(anyio.wait_readable, left)
+                await anyio.sleep(0)
+                right.send(b"ready")
+            return left.recv(100)
+
+    assert run(main()) == b"ready"
+
+
+def test_send_and_receive_file_descriptors(run, tmp_path: Path) -> None:
+    path = tmp_path / "fds.sock"
+    shared = tmp_path / "shared.txt"
+    shared.write_bytes(b"read through a passed descriptor")
+
+    async def main() -> tuple[bytes, bytes]:
+        async with await anyio.create_unix_listener(path) as listener:
+            client = await anyio.connect_unix(path)
+            async with client, await listener.accept() as server_side:
+                with shared.open("rb") as file:
+                    await client.send_fds(b"here", [file])
+                message, fds = await server_side.receive_fds(4, 1)
+                with os.fdopen(fds[0], "rb") as received:
+                    return message, received.read()
+
+    assert run(main()) == (b"here", shared.read_bytes())
+
+
+def _square(n: int) -> tuple[int, int]:
+    return n * n, os.getpid()
+
+
+def test_to_process_run_sync(run) -> None:
+    async def main() -> tuple[int, bool]:
+        square, pid = await anyio.to_process.run_sync(_square, 12)
+        return square, pid != os.getpid()
+
+    async def end_like_asyncio_run() -> list[str]:
+        # asyncio.run cancels the tasks left when its main coroutine returns; anyio's worker
+        # pool waits for exactly that to shut its processes down.
+        left = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
+        return [task.get_name() for task in left]
+
+    assert run(main()) == (144, True)
+    assert run(end_like_asyncio_run()) == ["AnyIO process pool shutdown task"]
