@@ -164,6 +164,31 @@ def test_run_process(run) -> None:
     assert run(main()) == (b"cba", b"3 bytes", 7, 7)
 
 
+def test_terminate_a_process_blocked_on_stdin(run) -> None:
+    async def main() -> tuple[bytes, int]:
+        command = [sys.executable, "-c", "print('ready', flush=True); input()"]
+        async with await anyio.open_process(command) as process:
+            assert process.stdout is not None
+            ready = await BufferedByteReceiveStream(process.stdout).receive_until(b"\n", 100)
+            process.terminate()
+            return ready, await process.wait()
+
+    assert run(main()) == (b"ready", -signal.SIGTERM)
+
+
+def test_write_to_a_process_that_exited_raises_broken_resource(run) -> None:
+    async def main() -> int:
+        async with await anyio.open_process([sys.executable, "-c", "pass"]) as process:
+            assert process.stdin is not None
+            returncode = await process.wait()
+            with pytest.raises(anyio.BrokenResourceError):
+                for _ in range(64):  # more than a pipe buffer holds
+                    await process.stdin.send(b"x" * 65536)
+            return returncode
+
+    assert run(main()) == 0
+
+
 def test_cancel_scope_cancels_a_receive_and_the_stream_stays_usable(run) -> None:
     async def main() -> tuple[bool, bytes]:
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1")

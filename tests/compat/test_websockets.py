@@ -143,3 +143,32 @@ def test_server_closes_first(run) -> None:
             raise AssertionError("the second recv() returned")
 
     assert run(main()) == ("last words", 1001, "going away")
+
+
+def test_keepalive_ping_timeout_when_the_client_stops_reading(run, loop) -> None:
+    """The server's keepalive pings go unanswered while the client's transport is paused."""
+    server_closed = loop.create_future()
+
+    async def idle(websocket: ServerConnection) -> None:
+        await websocket.wait_closed()
+        sent = websocket.protocol.close_sent
+        server_closed.set_result((sent.code, sent.reason, websocket.close_code))
+
+    async def main() -> tuple[Any, Any]:
+        async with (
+            serve(
+                idle, "127.0.0.1", 0, ping_interval=0.05, ping_timeout=0.05, close_timeout=0.1
+            ) as server,
+            connect(url_of(server), ping_interval=None) as client,
+        ):
+            client.transport.pause_reading()
+            closed = await server_closed
+            client.transport.resume_reading()
+            try:
+                await client.recv()
+            except ConnectionClosedError as exc:
+                return closed, exc.rcvd.code if exc.rcvd else None
+            raise AssertionError("recv() returned on a connection the server failed")
+
+    # The server sent 1011 and, the client never answering, saw no closing frame (1006).
+    assert run(main()) == ((1011, "keepalive ping timeout", 1006), 1011)
