@@ -360,3 +360,67 @@ def test_keep_alive_connection_closed_by_the_server_is_replaced(run, serve_app) 
 
     assert run(main()) == ["hello", "hello"]
     assert len(set(peers)) == 2
+
+
+def test_client_resolves_localhost_and_falls_back_across_addresses(run, serve_app) -> None:
+    """aiohappyeyeballs tries each address of 'localhost' with ``loop.sock_connect``."""
+
+    async def main() -> str:
+        url = await serve_app(json_app())  # on 127.0.0.1 only; ::1 is refused if tried
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                url.replace("127.0.0.1", "localhost") + "/double", json={"numbers": [4]}
+            ) as response,
+        ):
+            return await response.text()
+
+    assert run(main()) == '{"doubled": [8], "path": "/double"}'
+
+
+def test_https_through_a_connect_proxy_upgrades_with_start_tls(
+    run, serve_app, tls_server: ssl.SSLContext, tls_client: ssl.SSLContext
+) -> None:
+    """Through a CONNECT tunnel, aiohttp upgrades the proxy connection with ``loop.start_tls``."""
+    tunnels: list[bytes] = []
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+            writer.write_eof()
+        except ConnectionError:
+            writer.close()
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        tunnels.append(head.split(b"\r\n", 1)[0])
+        host, port = head.split(b" ")[1].decode().rsplit(":", 1)
+        upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(pipe(reader, upstream_writer))
+            tg.create_task(pipe(upstream_reader, writer))
+        upstream_writer.close()
+        writer.close()
+
+    async def main() -> Any:
+        url = await serve_app(json_app(), ssl_context=tls_server)
+        server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+        host, port = server.sockets[0].getsockname()
+        async with (
+            server,
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"{url}/double",
+                json={"numbers": [7]},
+                ssl=tls_client,
+                proxy=f"http://{host}:{port}",
+            ) as response,
+        ):
+            return await response.json()
+
+    assert run(main()) == {"doubled": [14], "path": "/double"}
+    assert len(tunnels) == 1
+    assert tunnels[0].startswith(b"CONNECT 127.0.0.1:")
