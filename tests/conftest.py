@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+import socket
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
@@ -194,3 +195,11 @@ def run(loop) -> Callable[..., Any]:
         return loop.run_until_complete(bounded())
 
     return run
+
+
+@pytest.fixture
+def refused_address() -> tuple[str, int]:
+    """A 127.0.0.1 address nobody listens on (a port bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()

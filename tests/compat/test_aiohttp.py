@@ -8,6 +8,7 @@ the loop's transports, timers and cancellation.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import random
 import ssl
@@ -424,3 +425,15 @@ def test_https_through_a_connect_proxy_upgrades_with_start_tls(
     assert run(main()) == {"doubled": [14], "path": "/double"}
     assert len(tunnels) == 1
     assert tunnels[0].startswith(b"CONNECT 127.0.0.1:")
+
+
+def test_connection_refused(run, refused_address: tuple[str, int]) -> None:
+    host, port = refused_address
+
+    async def main() -> tuple[type[BaseException], int | None]:
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(aiohttp.ClientConnectorError) as refused:
+                await session.get(f"http://{host}:{port}/")
+        return type(refused.value.os_error), refused.value.os_error.errno
+
+    assert run(main()) == (ConnectionRefusedError, errno.ECONNREFUSED)

@@ -379,6 +379,19 @@ def test_connect_tcp_to_localhost_falls_back_across_addresses(run) -> None:
     assert run(main()) == (b"VIA LOCALHOST", "127.0.0.1")
 
 
+def test_connect_refused(run, refused_address: tuple[str, int], tmp_path: Path) -> None:
+    host, port = refused_address
+
+    async def main() -> tuple[str, Any]:
+        with pytest.raises(OSError) as tcp:
+            await anyio.connect_tcp(host, port)
+        with pytest.raises(FileNotFoundError):
+            await anyio.connect_unix(tmp_path / "nobody.sock")
+        return str(tcp.value), type(tcp.value.__cause__)
+
+    assert run(main()) == ("All connection attempts failed", ConnectionRefusedError)
+
+
 def test_getaddrinfo_and_getnameinfo(run) -> None:
     async def main() -> tuple[Any, Any]:
         infos = await anyio.getaddrinfo("127.0.0.1", 80, type=socket.SOCK_STREAM)

@@ -136,3 +136,14 @@ def test_read_timeout(run) -> None:
                 await client.get(f"http://{host}:{port}/")
 
     run(main())
+
+
+def test_connection_refused(run, refused_address: tuple[str, int]) -> None:
+    host, port = refused_address
+
+    async def main() -> None:
+        async with httpx.AsyncClient() as client:
+            with pytest.raises(httpx.ConnectError):
+                await client.get(f"http://{host}:{port}/")
+
+    run(main())

@@ -8,6 +8,7 @@ import ssl
 from pathlib import Path
 from typing import Any
 
+import pytest
 from websockets.asyncio.client import connect, unix_connect
 from websockets.asyncio.server import ServerConnection, serve, unix_serve
 from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK
@@ -172,3 +173,13 @@ def test_keepalive_ping_timeout_when_the_client_stops_reading(run, loop) -> None
 
     # The server sent 1011 and, the client never answering, saw no closing frame (1006).
     assert run(main()) == ((1011, "keepalive ping timeout", 1006), 1011)
+
+
+def test_connection_refused(run, refused_address: tuple[str, int]) -> None:
+    host, port = refused_address
+
+    async def main() -> None:
+        with pytest.raises(ConnectionRefusedError):
+            await connect(f"ws://{host}:{port}/")
+
+    run(main())

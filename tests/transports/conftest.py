@@ -11,7 +11,6 @@ imported, so the test files stay independent of how pytest puts directories on s
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -149,14 +148,6 @@ def tcp_connect(loop) -> Callable[..., Coroutine[Any, Any, TcpEndpoints]]:
 
     if not loop.is_closed():
         loop.run_until_complete(close_servers())
-
-
-@pytest.fixture
-def refused_address() -> tuple[str, int]:
-    """A 127.0.0.1 address nobody listens on (a port bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()
 
 
 # -- TLS ------------------------------------------------------------------------------------
