@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import hashlib
+import os
 import random
+import signal
+import socket
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +22,9 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+
+# run_app blocks until its loop stops; a stop scheduled this far ahead fails a run that hangs.
+RUN_APP_BOUND = 10.0
 
 
 async def double(request: web.Request) -> web.Response:
@@ -437,3 +443,29 @@ def test_connection_refused(run, refused_address: tuple[str, int]) -> None:
         return type(refused.value.os_error), refused.value.os_error.errno
 
     assert run(main()) == (ConnectionRefusedError, errno.ECONNREFUSED)
+
+
+def test_run_app_stops_gracefully_on_sigterm(loop) -> None:
+    """``web.run_app`` on the loop under test: SIGTERM raises GracefulExit from the loop's
+    signal handler, and run_app cleans up, cancels what is left and closes the loop (the
+    ``loop`` fixture then checks that closing gave the signal handlers back)."""
+    served: list[str] = []
+    listening = socket.create_server(("127.0.0.1", 0))
+    host, port = listening.getsockname()
+
+    async def hello(request: web.Request) -> web.Response:
+        return web.Response(text="hello")
+
+    async def client() -> None:
+        async with aiohttp.ClientSession() as session, session.get(f"http://{host}:{port}/") as r:
+            served.append(await r.text())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    app = web.Application()
+    app.router.add_get("/", hello)
+    loop.create_task(client())
+    loop.call_later(RUN_APP_BOUND, loop.stop)  # run_app then raises RuntimeError
+    with listening:
+        web.run_app(app, sock=listening, loop=loop, print=None, shutdown_timeout=1.0)
+    assert served == ["hello"]
+    assert loop.is_closed()
