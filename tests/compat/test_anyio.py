@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import ferroloop
 import pytest
 from anyio.abc import ByteStream, Listener, SocketAttribute
 from anyio.streams.buffered import BufferedByteReceiveStream
@@ -457,3 +458,50 @@ def test_to_process_run_sync(run) -> None:
 
     assert run(main()) == (144, True)
     assert run(end_like_asyncio_run()) == ["AnyIO process pool shutdown task"]
+
+
+LOOP_CLASSES = {"asyncio": asyncio.SelectorEventLoop, "ferroloop": ferroloop.Loop}
+
+
+def recording_factory(loop_factory: Any, contexts: list[dict[str, Any]]) -> Any:
+    """``loop_factory`` whose loops record their exception-handler calls into ``contexts``."""
+
+    def factory() -> asyncio.AbstractEventLoop:
+        new_loop = loop_factory()
+        new_loop.set_exception_handler(lambda _, context: contexts.append(context))
+        return new_loop
+
+    return factory
+
+
+async def loop_and_echo() -> tuple[asyncio.AbstractEventLoop, bytes, str]:
+    """The running loop, a TCP exchange through anyio and a worker thread's name."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(SocketAttribute.local_port)
+    async with serving(listener), await anyio.connect_tcp("127.0.0.1", port) as stream:
+        echoed = await exchange(stream, b"run")
+    thread = await anyio.to_thread.run_sync(lambda: threading.current_thread().name)
+    return asyncio.get_running_loop(), echoed, thread
+
+
+def test_anyio_run_with_the_loop_factory(loop_factory, loop_name: str) -> None:
+    """``anyio.run`` builds its own loop (asyncio.Runner) from ``loop_factory``."""
+    contexts: list[dict[str, Any]] = []
+    options = {"loop_factory": recording_factory(loop_factory, contexts)}
+    used, echoed, thread = anyio.run(loop_and_echo, backend="asyncio", backend_options=options)
+    assert type(used) is LOOP_CLASSES[loop_name]
+    assert used.is_closed()
+    assert (echoed, thread) == (b"RUN", "AnyIO worker thread")
+    assert contexts == []
+
+
+def test_blocking_portal_runs_the_loop_in_another_thread(loop_factory, loop_name: str) -> None:
+    contexts: list[dict[str, Any]] = []
+    options = {"loop_factory": recording_factory(loop_factory, contexts)}
+    with anyio.from_thread.start_blocking_portal(backend_options=options) as portal:
+        used, echoed, _ = portal.call(loop_and_echo)
+        loop_thread = portal.call(threading.get_ident)
+    assert type(used) is LOOP_CLASSES[loop_name]
+    assert echoed == b"RUN"
+    assert loop_thread != threading.get_ident()
+    assert contexts == []
