@@ -20,12 +20,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
-from collections.abc import Callable, Iterator
+import socket
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+# Upper bound for one test's coroutine under ``run``; far above what any test needs on loopback.
+RUN_TIMEOUT = 10.0
 
 
 def _new_ferroloop() -> asyncio.AbstractEventLoop:
@@ -177,3 +181,25 @@ def loop(request: pytest.FixtureRequest, loop_factory: LoopFactory) -> Iterator[
     calls.consume()
     if message is not None:
         pytest.fail(message, pytrace=False)
+
+
+@pytest.fixture
+def run(loop) -> Callable[..., Any]:
+    """``run(coroutine)``: run it on ``loop`` to completion, at most RUN_TIMEOUT seconds."""
+
+    def run(coroutine: Coroutine[Any, Any, Any], timeout: float = RUN_TIMEOUT) -> Any:
+        async def bounded() -> Any:
+            async with asyncio.timeout(timeout):
+                return await coroutine
+
+        return loop.run_until_complete(bounded())
+
+    return run
+
+
+@pytest.fixture
+def refused_address() -> tuple[str, int]:
+    """A 127.0.0.1 address nobody listens on (a port bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()

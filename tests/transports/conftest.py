@@ -1,8 +1,8 @@
-"""Fixtures for the transport tests: bounded runs, recording protocols, ports and TLS contexts.
+"""Fixtures for the transport tests: recording protocols, ports and TLS contexts.
 
 Everything listens on 127.0.0.1 (or a Unix path under ``tmp_path``) and every await is
-bounded by ``run``'s timeout, so a loop that never delivers an event fails the test with
-``TimeoutError`` instead of hanging until the per-test timeout.
+bounded by the timeout of ``run`` (tests/conftest.py), so a loop that never delivers an event
+fails the test with ``TimeoutError`` instead of hanging until the per-test timeout.
 
 Helpers are handed out as fixtures (``run``, ``recorder``, ``tcp_echo``...) rather than
 imported, so the test files stay independent of how pytest puts directories on sys.path.
@@ -11,30 +11,12 @@ imported, so the test files stay independent of how pytest puts directories on s
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-# Upper bound for one test's coroutine; far above what any test needs on loopback.
-RUN_TIMEOUT = 10.0
-
-
-@pytest.fixture
-def run(loop) -> Callable[..., Any]:
-    """``run(coroutine)``: run it on ``loop`` to completion, at most RUN_TIMEOUT seconds."""
-
-    def run(coroutine: Coroutine[Any, Any, Any], timeout: float = RUN_TIMEOUT) -> Any:
-        async def bounded() -> Any:
-            async with asyncio.timeout(timeout):
-                return await coroutine
-
-        return loop.run_until_complete(bounded())
-
-    return run
 
 
 class RecordingProtocol(asyncio.Protocol):
@@ -166,14 +148,6 @@ def tcp_connect(loop) -> Callable[..., Coroutine[Any, Any, TcpEndpoints]]:
 
     if not loop.is_closed():
         loop.run_until_complete(close_servers())
-
-
-@pytest.fixture
-def refused_address() -> tuple[str, int]:
-    """A 127.0.0.1 address nobody listens on (a port bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()
 
 
 # -- TLS ------------------------------------------------------------------------------------
