@@ -37,7 +37,7 @@ use pyo3::exceptions::{
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 use pyo3::PyTraverseError;
 
 use super::read::with_read_buf;
@@ -200,11 +200,18 @@ impl DatagramCore {
         })
     }
 
-    /// Registers (`on`) or removes the core as the fd's writer.
+    /// Registers (`on`) or removes the core's `_sendto_ready` as the fd's writer (a bound
+    /// method, so the loop's messages name it as asyncio's name its `_sendto_ready`).
     fn set_writer(slf: &Bound<'_, Self>, on: bool) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        LoopCore::set_native_callback(this.loop_.bind(py), this.fd, slf.as_any(), true, on)
+        let loop_ = this.loop_.bind(py);
+        if !on {
+            return LoopCore::set_native_callback(loop_, this.fd, slf.as_any(), true, false);
+        }
+        let callback = slf.getattr(intern!(py, "_sendto_ready"))?;
+        let fd = pyo3::types::PyInt::new(py, this.fd);
+        LoopCore::set_fd_handle(loop_, fd.as_any(), &callback, PyTuple::empty(py), true).map(drop)
     }
 
     /// asyncio's `_read_ready`.
@@ -443,14 +450,21 @@ impl DatagramCore {
         )
     }
 
-    /// Readiness of the socket: the reader is called without arguments, the writer with `True`.
-    #[pyo3(signature = (writable = false))]
-    fn __call__(slf: &Bound<'_, Self>, writable: bool) -> PyResult<()> {
-        if writable {
-            Self::on_writable(slf)
-        } else {
-            slf.get().on_readable(slf.py())
-        }
+    /// The socket is readable (the core is the fd's reader, asyncio's `_read_ready`).
+    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
+        self.on_readable(py)
+    }
+
+    /// The socket is writable (the fd's writer while datagrams are queued).
+    fn _sendto_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Self::on_writable(slf)
+    }
+
+    /// The reader's name in the loop's messages ("Exception in callback ..."), as asyncio's.
+    #[getter(__qualname__)]
+    #[allow(clippy::unused_self)] // a getter: PyO3 passes the instance
+    fn qualname(&self) -> &'static str {
+        "_SelectorDatagramTransport._read_ready"
     }
 
     #[pyo3(signature = (data, addr = None))]
