@@ -594,3 +594,26 @@ def test_unclosed_endpoint_cycle_is_collected_with_a_warning(loop, run):
     assert [ref() for ref in refs] == [None, None]
     messages = [str(w.message) for w in caught if w.category is ResourceWarning]
     assert any(m.startswith("unclosed transport <_SelectorDatagramTransport") for m in messages)
+
+
+def test_sendto_after_close_on_an_unconnected_endpoint(loop, run):
+    async def main():
+        _, server = await loop.create_datagram_endpoint(
+            DatagramRecorder, local_addr=("127.0.0.1", 0)
+        )
+        address = server.transport.get_extra_info("sockname")
+        transport, client = await loop.create_datagram_endpoint(
+            DatagramRecorder, local_addr=("127.0.0.1", 0)
+        )
+        transport.close()
+        transport.sendto(b"while closing", address)  # the socket is still open: it goes out
+        received = await server.datagrams.get()
+        await client.lost
+        # Once connection_lost has run, asyncio's sendto trips over the closed transport.
+        with pytest.raises(AttributeError):
+            transport.sendto(b"after close", address)
+        server.transport.close()
+        await server.lost
+        return received[0], client.events
+
+    assert run(main()) == (b"while closing", ["connection_made", "connection_lost"])
