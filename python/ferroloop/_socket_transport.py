@@ -29,41 +29,31 @@ from typing import Any
 from ._native import StreamCore
 
 
-def _core_attr(name: str) -> property:
+def _core_attr(name: str) -> Any:
     def set_(self: Any, value: Any) -> None:
         setattr(self._core, name, value)
 
     return property(attrgetter(f"_core.{name}"), set_)
 
 
-class _SelectorSocketTransport(selector_events._SelectorSocketTransport):
+class NativeCoreMixin:
+    """What the stream and datagram transports share: the state their native core holds, and
+    asyncio's ``close``/``_force_close`` with the core's queue in place of ``_buffer``."""
+
+    __slots__ = ()
+    _core: Any
+    _extra: dict[str, Any]
+    _loop: Any
+    _sock_fd: int
+
     _protocol = _core_attr("_protocol")
     _conn_lost = _core_attr("_conn_lost")
     _closing = _core_attr("_closing")
-    _eof = _core_attr("_eof")
-    _empty_waiter = _core_attr("_empty_waiter")
-    _protocol_paused = _core_attr("_protocol_paused")
-    _high_water = _core_attr("_high_water")
-    _low_water = _core_attr("_low_water")
 
-    def __init__(
-        self,
-        loop: Any,
-        sock: socket.socket,
-        protocol: Any,
-        waiter: Any = None,
-        extra: Any = None,
-        server: Any = None,
-    ) -> None:
-        # The same steps as asyncio's _SelectorTransport/_SelectorSocketTransport constructors,
-        # with the core in place of the Python buffer and callbacks.
-        core = StreamCore._attach(loop, self, sock.fileno())
-        self._core = core
-        self._read_ready = core
-        self.write = core.write  # type: ignore[method-assign]
-        self.get_write_buffer_size = core.get_write_buffer_size  # type: ignore[method-assign]
-        self.is_closing = core.is_closing  # type: ignore[method-assign]
-        transports._FlowControlMixin.__init__(self, extra, loop)
+    def _init_extra(self, loop: Any, sock: socket.socket, extra: Any) -> None:
+        """asyncio's ``_SelectorTransport.__init__`` up to ``peername``: flow-control limits and
+        the ``socket``/``sockname``/``peername`` extra info."""
+        transports._FlowControlMixin.__init__(self, extra, loop)  # type: ignore[arg-type]
         self._extra["socket"] = trsock.TransportSocket(sock)
         try:
             self._extra["sockname"] = sock.getsockname()
@@ -74,31 +64,6 @@ class _SelectorSocketTransport(selector_events._SelectorSocketTransport):
                 self._extra["peername"] = sock.getpeername()
             except OSError:
                 self._extra["peername"] = None
-        self._sock = sock
-        self._sock_fd = sock.fileno()
-        self._protocol_connected = False
-        self.set_protocol(protocol)
-        self._server = server
-        self._paused = False
-        if server is not None:
-            server._attach()
-        loop._transports[self._sock_fd] = self
-
-        base_events._set_nodelay(sock)
-        loop.call_soon(protocol.connection_made, self)
-        # Reading starts once connection_made() has run; then the waiter is woken.
-        loop.call_soon(self._add_reader, self._sock_fd, core)
-        if waiter is not None:
-            loop.call_soon(futures._set_result_unless_cancelled, waiter, None)
-
-    def set_protocol(self, protocol: Any) -> None:
-        self._core.set_protocol(protocol, isinstance(protocol, protocols.BufferedProtocol))
-        self._protocol_connected = True
-
-    def writelines(self, list_of_data: Any) -> None:
-        # asyncio 3.11's WriteTransport.writelines, spelled out: later versions of the parent
-        # class replace it with one that appends to the Python buffer this class does not have.
-        self.write(b"".join(list_of_data))
 
     def close(self) -> None:
         core = self._core
@@ -125,10 +90,62 @@ class _SelectorSocketTransport(selector_events._SelectorSocketTransport):
 
     def _call_connection_lost(self, exc: BaseException | None) -> None:
         try:
-            super()._call_connection_lost(exc)
+            super()._call_connection_lost(exc)  # type: ignore[misc]
         finally:
             # Breaks the transport <-> core cycle now rather than at the next GC pass.
             self._core._release()
+
+
+class _SelectorSocketTransport(NativeCoreMixin, selector_events._SelectorSocketTransport):
+    _eof = _core_attr("_eof")
+    _empty_waiter = _core_attr("_empty_waiter")
+    _protocol_paused = _core_attr("_protocol_paused")
+    _high_water = _core_attr("_high_water")
+    _low_water = _core_attr("_low_water")
+
+    def __init__(
+        self,
+        loop: Any,
+        sock: socket.socket,
+        protocol: Any,
+        waiter: Any = None,
+        extra: Any = None,
+        server: Any = None,
+    ) -> None:
+        # The same steps as asyncio's _SelectorTransport/_SelectorSocketTransport constructors,
+        # with the core in place of the Python buffer and callbacks.
+        core = StreamCore._attach(loop, self, sock.fileno())
+        self._core = core
+        self._read_ready = core
+        self.write = core.write  # type: ignore[method-assign]
+        self.get_write_buffer_size = core.get_write_buffer_size  # type: ignore[method-assign]
+        self.is_closing = core.is_closing  # type: ignore[method-assign]
+        self._init_extra(loop, sock, extra)
+        self._sock = sock
+        self._sock_fd = sock.fileno()
+        self._protocol_connected = False
+        self.set_protocol(protocol)
+        self._server = server
+        self._paused = False
+        if server is not None:
+            server._attach()
+        loop._transports[self._sock_fd] = self
+
+        base_events._set_nodelay(sock)
+        loop.call_soon(protocol.connection_made, self)
+        # Reading starts once connection_made() has run; then the waiter is woken.
+        loop.call_soon(self._add_reader, self._sock_fd, core)
+        if waiter is not None:
+            loop.call_soon(futures._set_result_unless_cancelled, waiter, None)
+
+    def set_protocol(self, protocol: Any) -> None:
+        self._core.set_protocol(protocol, isinstance(protocol, protocols.BufferedProtocol))
+        self._protocol_connected = True
+
+    def writelines(self, list_of_data: Any) -> None:
+        # asyncio 3.11's WriteTransport.writelines, spelled out: later versions of the parent
+        # class replace it with one that appends to the Python buffer this class does not have.
+        self.write(b"".join(list_of_data))
 
     def write_eof(self) -> None:
         core = self._core
@@ -148,7 +165,7 @@ class _SelectorSocketTransport(selector_events._SelectorSocketTransport):
         return waiter
 
 
-_NATIVE_FAMILIES = frozenset({socket.AF_INET, socket.AF_INET6, socket.AF_UNIX})
+NATIVE_FAMILIES = frozenset({socket.AF_INET, socket.AF_INET6, socket.AF_UNIX})
 
 
 def native_capable(sock: Any) -> bool:
@@ -156,5 +173,5 @@ def native_capable(sock: Any) -> bool:
     return (
         type(sock) is socket.socket
         and sock.type == socket.SOCK_STREAM
-        and sock.family in _NATIVE_FAMILIES
+        and sock.family in NATIVE_FAMILIES
     )

@@ -1,12 +1,14 @@
 """Transports, servers, pipes and subprocesses on ferroloop.
 
 Stream transports over plain TCP and Unix sockets are native (``_socket_transport``, over
-``crates/py/src/transport``), also under TLS (asyncio's ``sslproto`` layered on top). Everything
-else is asyncio's own implementation: the datagram, Unix pipe and subprocess transports, and
-stream transports over other socket objects. Those need only a few hooks from their loop:
-``_add_reader``/``_add_writer``/``_remove_reader``/``_remove_writer`` (native), a ``_transports``
-map from fd to transport, and the ``_start_serving``/``_accept_connection``/``_stop_serving``
-plumbing. This mixin supplies those hooks and borrows the stdlib methods that build on them, so
+``crates/py/src/transport``), also under TLS (asyncio's ``sslproto`` layered on top), and so are
+datagram transports over plain UDP and Unix datagram sockets (``_datagram_transport``).
+Everything else is asyncio's own implementation: the Unix pipe and subprocess transports, and
+stream and datagram transports over other socket objects. Those need only a few hooks from
+their loop: ``_add_reader``/``_add_writer``/``_remove_reader``/``_remove_writer`` (native), a
+``_transports`` map from fd to transport, and the
+``_start_serving``/``_accept_connection``/``_stop_serving`` plumbing. This mixin supplies those
+hooks and borrows the stdlib methods that build on them, so
 create_connection, create_server, create_datagram_endpoint, create_unix_connection/server,
 connect_read_pipe/write_pipe, subprocess_exec/shell, start_tls and sendfile behave exactly as in
 asyncio, driven by the native readiness registry. The borrowed functions were checked to use
@@ -20,11 +22,12 @@ import weakref
 from asyncio import constants, selector_events, sslproto, unix_events
 from typing import Any
 
+from ._datagram_transport import _SelectorDatagramTransport
+from ._datagram_transport import native_capable as datagram_native_capable
 from ._socket_transport import _SelectorSocketTransport, native_capable
 
 # Methods of asyncio.selector_events.BaseSelectorEventLoop used as they are.
 _FROM_SELECTOR_LOOP = (
-    "_make_datagram_transport",
     "_start_serving",
     "_accept_connection",
     "_accept_connection2",
@@ -86,6 +89,17 @@ class TransportOps:
             else selector_events._SelectorSocketTransport
         )
         return cls(self, sock, protocol, waiter, extra, server)
+
+    def _make_datagram_transport(
+        self, sock: Any, protocol: Any, address: Any = None, waiter: Any = None, extra: Any = None
+    ) -> Any:
+        """The native transport for plain datagram sockets; asyncio's class for anything else."""
+        cls = (
+            _SelectorDatagramTransport
+            if datagram_native_capable(sock)
+            else selector_events._SelectorDatagramTransport
+        )
+        return cls(self, sock, protocol, address, waiter, extra)
 
     def _make_ssl_transport(
         self,

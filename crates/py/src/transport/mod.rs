@@ -31,9 +31,13 @@
 //! - **Writes** are tried with one `sendmsg` when nothing is queued; the rest is copied into an
 //!   `OutQueue` and flushed with vectored `sendmsg` when the socket is writable.
 
+mod datagram;
 mod pybuf;
 mod read;
+mod sockaddr;
 mod write;
+
+pub use datagram::DatagramCore;
 
 use std::os::fd::RawFd;
 
@@ -109,15 +113,14 @@ pub struct StreamCore {
 }
 
 /// `KeyboardInterrupt` and `SystemExit` leave the callback; asyncio catches everything else.
-fn is_exit(py: Python<'_>, err: &PyErr) -> bool {
+pub(super) fn is_exit(py: Python<'_>, err: &PyErr) -> bool {
     err.is_instance_of::<PyKeyboardInterrupt>(py) || err.is_instance_of::<PySystemExit>(py)
 }
 
-impl StreamCore {
-    fn transport<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let st = self.state.borrow(py)?;
-        Ok(st.transport.as_ref().map(|t| t.bind(py).clone()))
-    }
+/// What both cores share: the Python transport, for the cold paths, until it is released.
+pub(super) trait Attached {
+    /// The Python transport, or `None` once the core has let go of it.
+    fn attached<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>>;
 
     /// Calls a method of the Python transport (a cold path), if it is still attached.
     fn call_transport<'py>(
@@ -126,7 +129,7 @@ impl StreamCore {
         name: &Bound<'py, pyo3::types::PyString>,
         args: impl pyo3::call::PyCallArgs<'py>,
     ) -> PyResult<()> {
-        match self.transport(py)? {
+        match self.attached(py)? {
             Some(t) => t.call_method1(name, args).map(drop),
             None => Ok(()),
         }
@@ -142,6 +145,28 @@ impl StreamCore {
             intern!(py, "_fatal_error"),
             (err.into_value(py), message),
         )
+    }
+}
+
+/// An optional object attribute as Python reads it (`None` when absent).
+pub(super) fn get_object(py: Python<'_>, slot: Option<&Py<PyAny>>) -> Option<Py<PyAny>> {
+    slot.map(|o| o.clone_ref(py))
+}
+
+/// Stores an object attribute set from Python (`None` as absent). Returns the old value, for
+/// the caller to drop after the state borrow ends (dropping it can run Python code).
+pub(super) fn put_object(
+    py: Python<'_>,
+    slot: &mut Option<Py<PyAny>>,
+    value: Option<Py<PyAny>>,
+) -> Option<Py<PyAny>> {
+    std::mem::replace(slot, value.filter(|v| !v.is_none(py)))
+}
+
+impl Attached for StreamCore {
+    fn attached<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let st = self.state.borrow(py)?;
+        Ok(st.transport.as_ref().map(|t| t.bind(py).clone()))
     }
 }
 
@@ -233,32 +258,24 @@ impl StreamCore {
 
     #[getter(_protocol)]
     fn protocol(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        Ok(self
-            .state
-            .borrow(py)?
-            .protocol
-            .as_ref()
-            .map(|p| p.clone_ref(py)))
+        Ok(get_object(py, self.state.borrow(py)?.protocol.as_ref()))
     }
 
     #[setter(_protocol)]
     fn set_protocol_attr(&self, py: Python<'_>, value: Option<Py<PyAny>>) -> PyResult<()> {
-        let value = value.filter(|v| !v.is_none(py));
-        let old = std::mem::replace(&mut self.state.borrow(py)?.protocol, value);
+        let old = put_object(py, &mut self.state.borrow(py)?.protocol, value);
         drop(old);
         Ok(())
     }
 
     #[getter(_empty_waiter)]
     fn empty_waiter(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        let st = self.state.borrow(py)?;
-        Ok(st.empty_waiter.as_ref().map(|w| w.clone_ref(py)))
+        Ok(get_object(py, self.state.borrow(py)?.empty_waiter.as_ref()))
     }
 
     #[setter(_empty_waiter)]
     fn set_empty_waiter(&self, py: Python<'_>, value: Option<Py<PyAny>>) -> PyResult<()> {
-        let value = value.filter(|v| !v.is_none(py));
-        let old = std::mem::replace(&mut self.state.borrow(py)?.empty_waiter, value);
+        let old = put_object(py, &mut self.state.borrow(py)?.empty_waiter, value);
         drop(old);
         Ok(())
     }

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::pybuf::RawBuffer;
-use super::StreamCore;
+use super::{Attached, StreamCore};
 use crate::sock_ops::os_error;
 
 /// Bytes asked of each `recv`: asyncio's `_SelectorTransport.max_size`.
@@ -22,6 +22,17 @@ thread_local! {
     /// fresh 256 KiB block per read would cross glibc's mmap threshold and cost an mmap/munmap
     /// pair each time (benchmarks/README.md).
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's receive buffer (`MAX_READ` bytes). `f` must not call Python code
+/// that could read again on this thread (the buffer is borrowed for the call).
+pub(super) fn with_read_buf<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
+    READ_BUF.with_borrow_mut(|buf| {
+        if buf.len() < MAX_READ {
+            buf.resize(MAX_READ, 0);
+        }
+        f(buf)
+    })
 }
 
 /// What one `recv` gave.
@@ -73,10 +84,7 @@ impl StreamCore {
     /// asyncio's `_read_ready__data_received`.
     fn read_bytes(&self, py: Python<'_>, protocol: &Bound<'_, PyAny>) -> PyResult<()> {
         let fd = self.fd;
-        let received = READ_BUF.with_borrow_mut(|buf| {
-            if buf.len() < MAX_READ {
-                buf.resize(MAX_READ, 0);
-            }
+        let received = with_read_buf(|buf| {
             // SAFETY: `buf` is `buf.len()` initialised, writable bytes; `fd` is the transport's
             // open socket (module invariant: conn_lost is 0).
             let r = cvt(unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) });

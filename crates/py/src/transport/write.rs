@@ -12,14 +12,27 @@ use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 use ferroloop_core::sys::cvt;
 
 use super::pybuf::RawBuffer;
-use super::StreamCore;
+use super::{Attached, StreamCore};
 use crate::event_loop::LoopCore;
 use crate::sock_ops::os_error;
 
 /// asyncio's `constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES`.
-const LOG_THRESHOLD_FOR_CONNLOST_WRITES: u64 = 5;
+pub(super) const LOG_THRESHOLD_FOR_CONNLOST_WRITES: u64 = 5;
 
 static ASYNCIO_LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// asyncio's warning for writes to a lost connection (past `LOG_THRESHOLD_FOR_CONNLOST_WRITES`).
+pub(super) fn warn_write_after_lost(py: Python<'_>) -> PyResult<()> {
+    let logger = ASYNCIO_LOGGER.get_or_try_init(py, || {
+        py.import("asyncio.log")?
+            .getattr("logger")
+            .map(Bound::unbind)
+    })?;
+    logger
+        .bind(py)
+        .call_method1(intern!(py, "warning"), ("socket.send() raised exception.",))
+        .map(drop)
+}
 
 /// What `write()` decided under the state borrow; carried out after it ends.
 #[must_use]
@@ -39,7 +52,7 @@ enum WriteOutcome {
 
 /// The bytes of a `bytes`, `bytearray` or `memoryview` (asyncio accepts exactly these, and
 /// their subclasses).
-enum Data<'a, 'py> {
+pub(super) enum Data<'a, 'py> {
     Bytes(&'a Bound<'py, PyBytes>),
     ByteArray(&'a Bound<'py, PyByteArray>),
     View(RawBuffer),
@@ -52,7 +65,7 @@ enum Data<'a, 'py> {
 }
 
 impl<'a, 'py> Data<'a, 'py> {
-    fn new(data: &'a Bound<'py, PyAny>) -> PyResult<Self> {
+    pub(super) fn new(data: &'a Bound<'py, PyAny>) -> PyResult<Self> {
         if let Ok(b) = data.cast::<PyBytes>() {
             Ok(Self::Bytes(b))
         } else if let Ok(b) = data.cast::<PyByteArray>() {
@@ -74,7 +87,7 @@ impl<'a, 'py> Data<'a, 'py> {
     }
 
     /// The bytes; no Python code runs while the slice is held.
-    fn as_slice(&self) -> &[u8] {
+    pub(super) fn as_slice(&self) -> &[u8] {
         match self {
             Self::Bytes(b) => b.as_bytes(),
             // SAFETY: no Python code runs while the slice lives (see above), so the bytearray
@@ -153,15 +166,7 @@ impl StreamCore {
             WriteOutcome::Done => Ok(()),
             WriteOutcome::Dropped { warn } => {
                 if warn {
-                    let logger = ASYNCIO_LOGGER.get_or_try_init(py, || {
-                        py.import("asyncio.log")?
-                            .getattr("logger")
-                            .map(Bound::unbind)
-                    })?;
-                    logger.bind(py).call_method1(
-                        intern!(py, "warning"),
-                        ("socket.send() raised exception.",),
-                    )?;
+                    warn_write_after_lost(py)?;
                 }
                 Ok(())
             }
