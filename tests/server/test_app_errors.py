@@ -106,3 +106,24 @@ def test_body_shorter_than_its_declared_length_closes_the_connection(server, con
     assert response.body == b"short"
     assert connection.eof
     assert "Content-Length" in declared_length_result(server, connect, key)
+
+
+@pytest.mark.parametrize(
+    "shape", ["list-of-tuples", "tuple-of-tuples", "list-of-lists", "generator", "list-subclass"]
+)
+def test_response_headers_in_any_iterable_of_pairs_are_sent(server, connect, shape):
+    response = connect(server).request("GET", f"/header-shapes?shape={shape}")
+    assert (response.status, response.body) == (200, b"ok")
+    assert response.header("x-shape") == shape
+
+
+@pytest.mark.parametrize("shape", ["three-item-tuple", "one-item-list", "str-value"])
+def test_malformed_response_header_is_an_app_error(server, connect, shape):
+    # ferroloop checks the headers when it writes the head, with the first body part, so the
+    # response has started and the connection is closed; a server checking them at
+    # http.response.start answers 500. Either way no 200 goes out.
+    try:
+        status = connect(server).request("GET", f"/header-shapes?shape={shape}").status
+    except ConnectionError:
+        status = None
+    assert status in (None, 500)

@@ -322,6 +322,32 @@ async def declared_length(scope: Any, receive: Any, send: Any) -> None:
     RESULTS[query["key"]] = "no error"
 
 
+class _HeaderList(list):
+    """A list subclass: the server must iterate it, not read it by index."""
+
+
+def _header_shapes(shape: str) -> Any:
+    pairs = [(b"content-length", b"2"), (b"x-shape", shape.encode())]
+    shapes: dict[str, Any] = {
+        "list-of-tuples": lambda: pairs,
+        "tuple-of-tuples": lambda: tuple(pairs),
+        "list-of-lists": lambda: [list(p) for p in pairs],
+        "generator": lambda: (p for p in pairs),
+        "list-subclass": lambda: _HeaderList(pairs),
+        "three-item-tuple": lambda: [*pairs, (b"x-a", b"1", b"extra")],
+        "one-item-list": lambda: [*pairs, [b"x-a"]],
+        "str-value": lambda: [*pairs, (b"x-a", "1")],
+    }
+    return shapes[shape]()
+
+
+async def header_shapes(scope: Any, receive: Any, send: Any) -> None:
+    """Response headers in the container named by ``shape`` (valid ones add ``x-shape``)."""
+    headers = _header_shapes(_query(scope)["shape"])
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
 async def pathsend(scope: Any, receive: Any, send: Any) -> None:
     path = _query(scope)["path"]
     size = os.path.getsize(path)
@@ -413,6 +439,7 @@ ROUTES = {
     "/zerocopysend": zerocopysend,
     "/trailers": trailers,
     "/split-trailers": split_trailers,
+    "/header-shapes": header_shapes,
 }
 
 
