@@ -197,6 +197,13 @@ async def raise_after_start_chunked(scope: Any, receive: Any, send: Any) -> None
     raise RuntimeError("deliberate failure after the response started")
 
 
+async def cancel_self(scope: Any, receive: Any, send: Any) -> None:
+    """The app's task cancels itself before responding; the cancel message is the ``key``
+    reversed (the key itself is in the access log)."""
+    asyncio.current_task().cancel(_query(scope)["key"][::-1])  # type: ignore[union-attr]
+    await asyncio.sleep(0)
+
+
 async def no_response(scope: Any, receive: Any, send: Any) -> None:
     await _read_body(receive)
 
@@ -425,6 +432,7 @@ ROUTES = {
     "/raise-after-start": raise_after_start,
     "/raise-after-start-chunked": raise_after_start_chunked,
     "/no-response": no_response,
+    "/cancel-self": cancel_self,
     "/incomplete-response": incomplete_response,
     "/record-disconnect": record_disconnect,
     "/result": result,

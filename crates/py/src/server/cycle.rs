@@ -11,6 +11,7 @@
 //! `am_send` when the type has one and otherwise `__next__`, whose result has to travel in a
 //! `StopIteration` exception that is created, raised, caught and freed on every `await`.
 
+use pyo3::exceptions::asyncio::CancelledError;
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::gc::PyVisit;
@@ -152,12 +153,12 @@ impl Cycle {
         let conn = self.conn.bind(py);
         let server = conn.get().server().bind(py).get();
         drop(server.task_done(py, task));
-        let cancelled: bool = task.call_method0(intern!(py, "cancelled"))?.extract()?;
-        let exc = if cancelled {
-            None
-        } else {
-            let e = task.call_method0(intern!(py, "exception"))?;
-            (!e.is_none()).then_some(e)
+        // `exception()` of a cancelled task raises `CancelledError`, so one call tells both
+        // (a separate `cancelled()` call cost about 200 instructions per request).
+        let (exc, cancelled) = match task.call_method0(intern!(py, "exception")) {
+            Ok(e) => ((!e.is_none()).then_some(e), false),
+            Err(err) if err.is_instance_of::<CancelledError>(py) => (None, true),
+            Err(err) => return Err(err),
         };
         Conn::app_finished(conn, self.seq, exc.as_ref(), cancelled)
     }
