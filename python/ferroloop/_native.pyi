@@ -78,6 +78,7 @@ class LoopCore:
     _stopping: bool
     _debug: bool
     _thread_id: int | None
+    _task_factory: Any
     def __new__(cls, *_args: Any, **_kwargs: Any) -> LoopCore: ...
     def time(self) -> float: ...
     def call_soon(

@@ -172,3 +172,47 @@ def test_call_soon_passes_many_positional_arguments_in_order(loop):
     loop.call_soon(loop.stop)
     loop.run_forever()
     assert got == [(1, "two", None, 4.0)]
+
+
+def test_subclass_call_soon_is_looked_up_for_task_steps_and_done_callbacks(loop_factory):
+    # asyncio's C Task and Future call loop.call_soon for each step and done callback. ferroloop
+    # keeps a bound call_soon in the instance dict, but only for a loop whose class does not
+    # override it: a subclass's method is looked up on each call, as asyncio does, so even a
+    # change made to the class after the loop was created is seen.
+    scheduled = []
+    probe = loop_factory()
+    probe.close()
+    base = type(probe)
+
+    class Recording(base):  # type: ignore[misc, valid-type]
+        def call_soon(self, callback, *args, context=None):
+            return super().call_soon(callback, *args, context=context)
+
+    loop = Recording()
+    try:
+
+        def recording_call_soon(self, callback, *args, context=None):
+            scheduled.append(callback)
+            return base.call_soon(self, callback, *args, context=context)
+
+        Recording.call_soon = recording_call_soon  # type: ignore[method-assign]
+
+        async def main():
+            return 42
+
+        task = loop.create_task(main())
+        done = []
+        task.add_done_callback(done.append)
+        assert loop.run_until_complete(task) == 42
+        assert done == [task]
+        assert done.append in scheduled  # the done callback went through the new method
+        assert len(scheduled) >= 2  # and so did the task's first step
+    finally:
+        loop.close()
+
+
+def test_call_soon_of_a_closed_loop_raises(loop_factory):
+    loop = loop_factory()
+    loop.close()
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        loop.call_soon(print)

@@ -70,17 +70,44 @@ def test_task_factory_gets_the_context_and_name_is_applied(loop):
     assert received == [{"context": context}]
 
 
-def test_run_until_complete_uses_the_task_factory(loop):
-    made = []
+def recording_factory(made):
+    """A task factory that makes a `MyTask` and appends it to `made`."""
 
     def factory(factory_loop, coro, **kwargs):
         task = MyTask(coro, loop=factory_loop, **kwargs)
         made.append(task)
         return task
 
+    return factory
+
+
+def test_run_until_complete_uses_the_task_factory(loop):
+    made = []
+
     async def main():
         return 1
 
-    loop.set_task_factory(factory)
+    loop.set_task_factory(recording_factory(made))
     assert loop.run_until_complete(main()) == 1
     assert len(made) == 1
+
+
+def test_task_factory_attribute_set_directly_is_used_and_reset(loop):
+    # asyncio keeps the factory in loop._task_factory, and some code assigns it directly;
+    # create_task and get_task_factory must both see such an assignment.
+    made = []
+    factory = recording_factory(made)
+
+    async def main():
+        return "done"
+
+    loop._task_factory = factory
+    assert loop.get_task_factory() is factory
+    task = loop.create_task(main())
+    assert made == [task]
+    assert loop.run_until_complete(task) == "done"
+    loop._task_factory = None
+    assert loop.get_task_factory() is None
+    plain = loop.create_task(main())
+    assert type(plain) is asyncio.Task
+    assert loop.run_until_complete(plain) == "done"

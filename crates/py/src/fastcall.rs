@@ -8,7 +8,8 @@
 //! `LoopCore::*_impl` functions; any other shape is forwarded to the PyO3 method, so signatures
 //! and error messages stay exactly those of the PyO3 methods. The PyO3 methods stay on `LoopCore`
 //! (they are what the stubs describe); `_install_fast_methods` puts these descriptors on the Python
-//! subclass `ferroloop.Loop`, where attribute lookup finds them first.
+//! subclass `ferroloop.Loop`, where attribute lookup finds them first. `MethodDef` and `entry`
+//! also serve the server's raw `receive`/`send` (`server/cycle.rs`).
 //!
 //! Invariants:
 //! - CPython calls the function with the GIL held, with `nargs` positional arguments followed by
@@ -31,7 +32,7 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 use crate::event_loop::LoopCore;
 
 /// A `PyMethodDef` in a static: CPython only reads it.
-struct MethodDef(ffi::PyMethodDef);
+pub(crate) struct MethodDef(pub(crate) ffi::PyMethodDef);
 
 // SAFETY: the definition is never mutated after construction, and its pointers refer to
 // 'static C strings and a function.
@@ -116,7 +117,7 @@ impl Method {
 }
 
 /// Runs `body` as a C entry point: errors become a raised exception, a panic a `PanicException`.
-fn entry(
+pub(crate) fn entry(
     py: Python<'_>,
     body: impl FnOnce() -> PyResult<*mut ffi::PyObject>,
 ) -> *mut ffi::PyObject {

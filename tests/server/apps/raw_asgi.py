@@ -197,6 +197,13 @@ async def raise_after_start_chunked(scope: Any, receive: Any, send: Any) -> None
     raise RuntimeError("deliberate failure after the response started")
 
 
+async def cancel_self(scope: Any, receive: Any, send: Any) -> None:
+    """The app's task cancels itself before responding; the cancel message is the ``key``
+    reversed (the key itself is in the access log)."""
+    asyncio.current_task().cancel(_query(scope)["key"][::-1])  # type: ignore[union-attr]
+    await asyncio.sleep(0)
+
+
 async def no_response(scope: Any, receive: Any, send: Any) -> None:
     await _read_body(receive)
 
@@ -322,6 +329,32 @@ async def declared_length(scope: Any, receive: Any, send: Any) -> None:
     RESULTS[query["key"]] = "no error"
 
 
+class _HeaderList(list):
+    """A list subclass: the server must iterate it, not read it by index."""
+
+
+def _header_shapes(shape: str) -> Any:
+    pairs = [(b"content-length", b"2"), (b"x-shape", shape.encode())]
+    shapes: dict[str, Any] = {
+        "list-of-tuples": lambda: pairs,
+        "tuple-of-tuples": lambda: tuple(pairs),
+        "list-of-lists": lambda: [list(p) for p in pairs],
+        "generator": lambda: (p for p in pairs),
+        "list-subclass": lambda: _HeaderList(pairs),
+        "three-item-tuple": lambda: [*pairs, (b"x-a", b"1", b"extra")],
+        "one-item-list": lambda: [*pairs, [b"x-a"]],
+        "str-value": lambda: [*pairs, (b"x-a", "1")],
+    }
+    return shapes[shape]()
+
+
+async def header_shapes(scope: Any, receive: Any, send: Any) -> None:
+    """Response headers in the container named by ``shape`` (valid ones add ``x-shape``)."""
+    headers = _header_shapes(_query(scope)["shape"])
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
 async def pathsend(scope: Any, receive: Any, send: Any) -> None:
     path = _query(scope)["path"]
     size = os.path.getsize(path)
@@ -399,6 +432,7 @@ ROUTES = {
     "/raise-after-start": raise_after_start,
     "/raise-after-start-chunked": raise_after_start_chunked,
     "/no-response": no_response,
+    "/cancel-self": cancel_self,
     "/incomplete-response": incomplete_response,
     "/record-disconnect": record_disconnect,
     "/result": result,
@@ -413,6 +447,7 @@ ROUTES = {
     "/zerocopysend": zerocopysend,
     "/trailers": trailers,
     "/split-trailers": split_trailers,
+    "/header-shapes": header_shapes,
 }
 
 

@@ -125,6 +125,10 @@ pub struct LoopCore {
     /// creates (the C Future's `__init__` only reads them). Visited and cleared by the GC hooks,
     /// since it refers back to the loop.
     future_kwargs: LoopCell<Option<Py<PyDict>>>,
+    /// asyncio's `_task_factory` attribute (set by `BaseEventLoop.__init__` and
+    /// `set_task_factory`, read by `get_task_factory`), held here so that `create_task` reads it
+    /// without a Python attribute lookup. Visited and cleared by the GC hooks.
+    task_factory: LoopCell<Option<Py<PyAny>>>,
 }
 
 fn closed_error() -> PyErr {
@@ -346,6 +350,7 @@ impl LoopCore {
             events: Mutex::new(Events::with_capacity(64)),
             injected_tasks: Mutex::new(Vec::new()),
             future_kwargs: LoopCell::new(None),
+            task_factory: LoopCell::new(None),
         })
     }
 
@@ -447,8 +452,8 @@ impl LoopCore {
             }
             Ok(())
         };
-        let factory = slf.getattr(intern!(py, "_task_factory"))?;
-        if this.flags.debug() || !factory.is_none() {
+        let has_factory = this.task_factory.borrow(py)?.is_some();
+        if this.flags.debug() || has_factory {
             let kwargs = PyDict::new(py);
             with_options(&kwargs)?;
             return Ok(crate::hooks::base_create_task(py)?
@@ -646,6 +651,23 @@ impl LoopCore {
         self.flags.debug.store(value, Ordering::Relaxed);
     }
 
+    #[getter(_task_factory)]
+    fn attr_task_factory(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let factory = self.task_factory.borrow(py)?;
+        Ok(factory
+            .as_ref()
+            .map_or_else(|| py.None(), |f| f.clone_ref(py)))
+    }
+
+    #[setter(_task_factory)]
+    fn set_attr_task_factory(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let new = (!value.is_none()).then(|| value.clone().unbind());
+        // The old factory is dropped after the borrow ends: dropping it may run Python code.
+        let old = std::mem::replace(&mut *self.task_factory.borrow(py)?, new);
+        drop(old);
+        Ok(())
+    }
+
     #[getter(_thread_id)]
     fn attr_thread_id(&self, py: Python<'_>) -> PyResult<Option<u64>> {
         Ok(self.state.borrow(py)?.thread_id)
@@ -741,6 +763,9 @@ impl LoopCore {
         if let Some(kw) = self.future_kwargs.try_borrow_for_gc() {
             visit.call(&*kw)?;
         }
+        if let Some(factory) = self.task_factory.try_borrow_for_gc() {
+            visit.call(&*factory)?;
+        }
         // Handles queued by other threads but not drained yet belong to the loop too.
         let mut result = Ok(());
         self.shared.injector.peek_if_free(|queued| {
@@ -773,5 +798,10 @@ impl LoopCore {
             .try_borrow_for_gc()
             .and_then(|mut kw| kw.take());
         drop(kwargs);
+        let factory = self
+            .task_factory
+            .try_borrow_for_gc()
+            .and_then(|mut f| f.take());
+        drop(factory);
     }
 }

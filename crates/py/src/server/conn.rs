@@ -468,8 +468,7 @@ impl Conn {
                 seq,
             },
         )?;
-        let receive = cycle.getattr(intern!(py, "receive"))?;
-        let send = cycle.getattr(intern!(py, "send"))?;
+        let (receive, send) = super::cycle::bound_methods(&cycle)?;
         let started = server
             .app_for(forwarded)
             .bind(py)

@@ -12,7 +12,7 @@ use ferroloop_core::OutQueue;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use super::conn::{
     flush_now, ready_none, start_closing, Conn, ConnState, Effects, Phase, Request, Response,
@@ -522,29 +522,54 @@ pub(super) enum Body<'a> {
     File(OwnedFd, u64, u64),
 }
 
-/// The app's headers as owned `bytes` pairs.
+/// The app's headers as owned `bytes` pairs. A list or tuple of 2-tuples (what apps send) is read
+/// by index, without a Python iterator per level; anything else (subclasses too) goes through the
+/// iterator protocol.
 fn header_list<'py>(
     headers: &Bound<'py, PyAny>,
 ) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    if let Ok(list) = headers.cast_exact::<PyList>() {
+        let mut out = Vec::with_capacity(list.len());
+        for item in list {
+            out.push(header_pair(item)?);
+        }
+        return Ok(out);
+    }
+    if let Ok(tuple) = headers.cast_exact::<PyTuple>() {
+        let mut out = Vec::with_capacity(tuple.len());
+        for item in tuple {
+            out.push(header_pair(item)?);
+        }
+        return Ok(out);
+    }
     let mut out = Vec::new();
     for item in headers.try_iter()? {
-        let item = item?;
-        let mut it = item.try_iter()?;
-        let (Some(name), Some(value), None) = (it.next(), it.next(), it.next()) else {
-            return Err(PyTypeError::new_err(
-                "each header must be a (name, value) pair",
-            ));
-        };
-        let name = name?;
-        let value = value?;
-        let (Ok(n), Ok(v)) = (name.cast_into::<PyBytes>(), value.cast_into::<PyBytes>()) else {
-            return Err(PyTypeError::new_err(
-                "header names and values must be bytes",
-            ));
-        };
-        out.push((n, v));
+        out.push(header_pair(item?)?);
     }
     Ok(out)
+}
+
+/// One `(name, value)` header of `bytes`.
+fn header_pair(item: Bound<'_, PyAny>) -> PyResult<(Bound<'_, PyBytes>, Bound<'_, PyBytes>)> {
+    let not_pair = || PyTypeError::new_err("each header must be a (name, value) pair");
+    let (name, value) = if let Ok(pair) = item.cast_exact::<PyTuple>() {
+        if pair.len() != 2 {
+            return Err(not_pair());
+        }
+        (pair.get_item(0)?, pair.get_item(1)?)
+    } else {
+        let mut it = item.try_iter()?;
+        let (Some(name), Some(value), None) = (it.next(), it.next(), it.next()) else {
+            return Err(not_pair());
+        };
+        (name?, value?)
+    };
+    let (Ok(n), Ok(v)) = (name.cast_into::<PyBytes>(), value.cast_into::<PyBytes>()) else {
+        return Err(PyTypeError::new_err(
+            "header names and values must be bytes",
+        ));
+    };
+    Ok((n, v))
 }
 
 /// Encodes the response head into the queue.

@@ -483,3 +483,14 @@ fn error_responses_are_complete_and_close() {
     assert_eq!(String::from_utf8_lossy(&got), want);
     assert!(error_response(7, "x", None).starts_with(b"HTTP/1.1 500 Internal Server Error\r\n"));
 }
+
+#[test]
+fn tchar_table_is_rfc_9110_token_characters() {
+    // RFC 9110 §5.6.2: tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." /
+    // "^" / "_" / "`" / "|" / "~" / DIGIT / ALPHA
+    let punctuation = b"!#$%&'*+-.^_`|~";
+    for b in 0..=u8::MAX {
+        let expected = b.is_ascii_digit() || b.is_ascii_alphabetic() || punctuation.contains(&b);
+        assert_eq!(is_tchar(b), expected, "byte {b:#04x}");
+    }
+}
