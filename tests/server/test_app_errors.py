@@ -129,7 +129,19 @@ def test_response_headers_in_any_iterable_of_pairs_are_sent(server, connect, sha
     assert response.header("x-shape") == shape
 
 
-@pytest.mark.parametrize("shape", ["three-item-tuple", "one-item-list", "str-value"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "three-item-tuple",
+        "one-item-list",
+        pytest.param(
+            "str-value",
+            marks=pytest.mark.ferroloop_only(
+                reason="ASGI header values are bytes; uvicorn with h11 encodes a str value"
+            ),
+        ),
+    ],
+)
 def test_malformed_response_header_is_an_app_error(server, connect, shape):
     # ferroloop checks the headers when it writes the head, with the first body part, so the
     # response has started and the connection is closed; a server checking them at
