@@ -28,7 +28,7 @@ from asyncio import futures, selector_events, transports
 from typing import Any
 
 from ._native import DatagramCore
-from ._socket_transport import NATIVE_FAMILIES, NativeCoreMixin
+from ._socket_transport import NativeCoreMixin
 
 
 class _SelectorDatagramTransport(
@@ -87,12 +87,3 @@ class _SelectorDatagramTransport(
         finally:
             # The core has let go of the socket: asyncio's own sendto answers from now on.
             self.__dict__.pop("sendto", None)
-
-
-def native_capable(sock: Any) -> bool:
-    """Whether the native transport covers ``sock``: a plain datagram socket (no wrapper)."""
-    return (
-        type(sock) is socket.socket
-        and sock.type == socket.SOCK_DGRAM
-        and sock.family in NATIVE_FAMILIES
-    )

@@ -168,10 +168,8 @@ class _SelectorSocketTransport(NativeCoreMixin, selector_events._SelectorSocketT
 NATIVE_FAMILIES = frozenset({socket.AF_INET, socket.AF_INET6, socket.AF_UNIX})
 
 
-def native_capable(sock: Any) -> bool:
-    """Whether the native transport covers ``sock``: a plain stream socket (no wrapper)."""
-    return (
-        type(sock) is socket.socket
-        and sock.type == socket.SOCK_STREAM
-        and sock.family in NATIVE_FAMILIES
-    )
+def native_capable(sock: Any, kind: int = socket.SOCK_STREAM) -> bool:
+    """Whether a native transport covers ``sock``: a plain socket (no wrapper) of type ``kind``
+    (``SOCK_STREAM`` for the stream transport, ``SOCK_DGRAM`` for the datagram one) in one of
+    the families the native address conversion knows."""
+    return type(sock) is socket.socket and sock.type == kind and sock.family in NATIVE_FAMILIES

@@ -18,12 +18,12 @@ neither a zero-argument `super()` nor the selector.
 from __future__ import annotations
 
 import selectors
+import socket
 import weakref
 from asyncio import constants, selector_events, sslproto, unix_events
 from typing import Any
 
 from ._datagram_transport import _SelectorDatagramTransport
-from ._datagram_transport import native_capable as datagram_native_capable
 from ._socket_transport import _SelectorSocketTransport, native_capable
 
 # Methods of asyncio.selector_events.BaseSelectorEventLoop used as they are.
@@ -96,7 +96,7 @@ class TransportOps:
         """The native transport for plain datagram sockets; asyncio's class for anything else."""
         cls = (
             _SelectorDatagramTransport
-            if datagram_native_capable(sock)
+            if native_capable(sock, socket.SOCK_DGRAM)
             else selector_events._SelectorDatagramTransport
         )
         return cls(self, sock, protocol, address, waiter, extra)
