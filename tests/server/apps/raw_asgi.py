@@ -15,6 +15,8 @@ startup event with ``lifespan.startup.failed``).
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import gc
 import hashlib
 import json
 import os
@@ -418,6 +420,31 @@ async def split_trailers(scope: Any, receive: Any, send: Any) -> None:
     )
 
 
+REQUEST_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("request_var", default="unset")
+
+
+async def task_info(scope: Any, receive: Any, send: Any) -> None:
+    """How the app is driven: its task and context as seen in the first step and after an
+    ``await`` that suspends. ``?value=`` is set into a context variable in between."""
+    task = asyncio.current_task()
+    first = {
+        "is_task": isinstance(task, asyncio.Task),
+        "done": task.done() if task is not None else None,
+        "in_all_tasks": task in asyncio.all_tasks(),
+        "coro_running": task is not None and task.get_coro().cr_running,
+        "var": REQUEST_VAR.get(),
+    }
+    REQUEST_VAR.set(_query(scope).get("value", ""))
+    await asyncio.sleep(0)
+    after = {"same_task": asyncio.current_task() is task, "var": REQUEST_VAR.get()}
+    await _json(send, {"first": first, "after": after})
+
+
+async def gc_stats(scope: Any, receive: Any, send: Any) -> None:
+    """How many young-generation collections this process has run."""
+    await _json(send, {"gen0_collections": gc.get_stats()[0]["collections"]})
+
+
 ROUTES = {
     "/": hello,
     "/hello": hello,
@@ -448,6 +475,8 @@ ROUTES = {
     "/trailers": trailers,
     "/split-trailers": split_trailers,
     "/header-shapes": header_shapes,
+    "/task-info": task_info,
+    "/gc-stats": gc_stats,
 }
 
 

@@ -235,6 +235,18 @@ impl Cycle {
 
     /// The app task's done callback.
     fn __call__(&self, py: Python<'_>, task: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.finished(py, task)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.conn)
+    }
+}
+
+impl Cycle {
+    /// The app's task is done: the done callback's work, also called directly by
+    /// `Conn::start_app` for a task that finished in its eager first step.
+    pub(super) fn finished(&self, py: Python<'_>, task: &Bound<'_, PyAny>) -> PyResult<()> {
         let conn = self.conn.bind(py);
         let server = conn.get().server().bind(py).get();
         drop(server.task_done(py, task));
@@ -246,9 +258,5 @@ impl Cycle {
             Err(err) => return Err(err),
         };
         Conn::app_finished(conn, self.seq, exc.as_ref(), cancelled)
-    }
-
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.conn)
     }
 }

@@ -29,6 +29,7 @@ use std::os::fd::RawFd;
 use ferroloop_core::http::{DateCache, Limits};
 use ferroloop_core::IntMap;
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -64,6 +65,11 @@ struct ServerState {
     /// Running app tasks, by object address.
     tasks: IntMap<usize, Py<PyAny>>,
     requests: u64,
+    /// Set while a connection's read-readiness callback runs, and taken by the first app start
+    /// inside it (`Conn::start_app`): only that one runs its first step at once. A start from
+    /// inside an app task (a pipelined request after a response finished in `send()`) finds it
+    /// cleared, as asyncio refuses to step one task inside another.
+    eager_start: bool,
     sweep: Option<Py<PyAny>>,
     date: DateCache,
 }
@@ -78,6 +84,10 @@ pub struct HttpServer {
     plain_app: Option<Py<PyAny>>,
     access_log: Option<Py<PyAny>>,
     log_error: Option<Py<PyAny>>,
+    /// The context the server was made in: every app task runs in a fresh copy of it, so a
+    /// context variable set by one request is never seen by the next one on the connection
+    /// (whose task may be started from inside the previous one's, as with pipelining).
+    context: Py<PyAny>,
     base: ScopeBase,
     opts: Options,
     state: LoopCell<ServerState>,
@@ -146,7 +156,11 @@ impl HttpServer {
         }
         let server_addr = scope_address(py, &sock.call_method0(intern!(py, "getsockname"))?)?;
         let base = ScopeBase::new(py, server_addr, scheme, root_path, state.map(Bound::unbind))?;
+        // SAFETY: we hold the GIL; PyContext_CopyCurrent returns a new reference or NULL with
+        // an exception set, which `from_owned_ptr_or_err` turns into `Err`.
+        let context = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_CopyCurrent()) }?;
         Ok(Self {
+            context: context.unbind(),
             loop_: loop_.clone().unbind(),
             sock: sock.clone().unbind(),
             listen_fd: fd,
@@ -175,6 +189,7 @@ impl HttpServer {
                 conns: IntMap::default(),
                 tasks: IntMap::default(),
                 requests: 0,
+                eager_start: false,
                 sweep: None,
                 date: DateCache::new(),
             }),
@@ -350,6 +365,7 @@ impl HttpServer {
         visit.call(&self.plain_app)?;
         visit.call(&self.access_log)?;
         visit.call(&self.log_error)?;
+        visit.call(&self.context)?;
         self.base.visit(&visit)?;
         if let Some(st) = self.state.try_borrow_for_gc() {
             for c in st.conns.values() {
@@ -444,6 +460,28 @@ impl HttpServer {
             .ok()?
             .tasks
             .remove(&(task.as_ptr() as usize))
+    }
+
+    /// A fresh copy of the server's context, for one app task.
+    pub(crate) fn task_context<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        // SAFETY: we hold the GIL and `self.context` is a live `contextvars.Context` (made by
+        // PyContext_CopyCurrent); PyContext_Copy returns a new reference or NULL with an
+        // exception set.
+        unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_Copy(self.context.as_ptr())) }
+    }
+
+    /// Allows (`true`) or ends (`false`) the eager start of the next app; see `eager_start`.
+    pub(crate) fn allow_eager_start(&self, py: Python<'_>, on: bool) {
+        if let Ok(mut st) = self.state.borrow(py) {
+            st.eager_start = on;
+        }
+    }
+
+    /// Whether this app start may run its first step at once; clears the permission.
+    pub(crate) fn take_eager_start(&self, py: Python<'_>) -> bool {
+        self.state
+            .borrow(py)
+            .is_ok_and(|mut st| std::mem::take(&mut st.eager_start))
     }
 
     pub(crate) fn response_done(&self, py: Python<'_>) {
