@@ -125,6 +125,11 @@ pub struct LoopCore {
     /// creates (the C Future's `__init__` only reads them). Visited and cleared by the GC hooks,
     /// since it refers back to the loop.
     future_kwargs: LoopCell<Option<Py<PyDict>>>,
+    /// `{"loop": self, "context": ...}`, built once: the keyword arguments of a Task created
+    /// with `context=` (every server app task), whose `"context"` is set before each call and
+    /// reset to `None` after it, instead of copying `future_kwargs` per task. Visited and
+    /// cleared by the GC hooks like `future_kwargs`.
+    context_kwargs: LoopCell<Option<Py<PyDict>>>,
     /// asyncio's `_task_factory` attribute (set by `BaseEventLoop.__init__` and
     /// `set_task_factory`, read by `get_task_factory`), held here so that `create_task` reads it
     /// without a Python attribute lookup. Visited and cleared by the GC hooks.
@@ -196,6 +201,20 @@ impl LoopCore {
         }
         let d = PyDict::new(py);
         d.set_item(intern!(py, "loop"), slf)?;
+        *cached = Some(d.clone().unbind());
+        Ok(d)
+    }
+
+    /// `context_kwargs`, built on first use (`"context"` is `None` between calls).
+    fn context_kwargs<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
+        let py = slf.py();
+        let mut cached = slf.get().context_kwargs.borrow(py)?;
+        if let Some(d) = &*cached {
+            return Ok(d.bind(py).clone());
+        }
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "loop"), slf)?;
+        d.set_item(intern!(py, "context"), py.None())?;
         *cached = Some(d.clone().unbind());
         Ok(d)
     }
@@ -375,6 +394,7 @@ impl LoopCore {
             events: Mutex::new(Events::with_capacity(64)),
             injected_tasks: Mutex::new(Vec::new()),
             future_kwargs: LoopCell::new(None),
+            context_kwargs: LoopCell::new(None),
             task_factory: LoopCell::new(None),
         })
     }
@@ -487,6 +507,14 @@ impl LoopCore {
         }
         if this.flags.closed() {
             return Err(closed_error());
+        }
+        if let (None, Some(context)) = (name, context) {
+            let kwargs = Self::context_kwargs(slf)?;
+            let key = intern!(py, "context");
+            kwargs.set_item(key, context)?;
+            let task = crate::hooks::task_type(py)?.call((coro,), Some(&kwargs));
+            kwargs.set_item(key, py.None())?;
+            return Ok(task?.unbind());
         }
         let mut kwargs = Self::loop_kwargs(slf)?;
         if name.is_some() || context.is_some() {
@@ -788,6 +816,9 @@ impl LoopCore {
         if let Some(kw) = self.future_kwargs.try_borrow_for_gc() {
             visit.call(&*kw)?;
         }
+        if let Some(kw) = self.context_kwargs.try_borrow_for_gc() {
+            visit.call(&*kw)?;
+        }
         if let Some(factory) = self.task_factory.try_borrow_for_gc() {
             visit.call(&*factory)?;
         }
@@ -820,6 +851,11 @@ impl LoopCore {
         drop(queued);
         let kwargs = self
             .future_kwargs
+            .try_borrow_for_gc()
+            .and_then(|mut kw| kw.take());
+        drop(kwargs);
+        let kwargs = self
+            .context_kwargs
             .try_borrow_for_gc()
             .and_then(|mut kw| kw.take());
         drop(kwargs);
