@@ -189,7 +189,8 @@ class Ready:
 
 @final
 class StreamCore:
-    """The native core of a stream socket transport (``_socket_transport``)."""
+    """The native core of a stream socket transport (``_socket_transport``) or, made with
+    ``pipe=True``, of a pipe transport (``_pipe_transport``)."""
 
     _protocol: Any
     _empty_waiter: Any
@@ -200,7 +201,7 @@ class StreamCore:
     _high_water: float
     _low_water: float
     @staticmethod
-    def _attach(loop: LoopCore, transport: Any, fd: int) -> StreamCore: ...
+    def _attach(loop: LoopCore, transport: Any, fd: int, *, pipe: bool = False) -> StreamCore: ...
     def __call__(self, writable: bool = False) -> None: ...
     def set_protocol(self, protocol: Any, buffered: bool) -> None: ...
     def write(self, data: bytes | bytearray | memoryview) -> None: ...

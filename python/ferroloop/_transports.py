@@ -24,6 +24,7 @@ from asyncio import constants, selector_events, sslproto, unix_events
 from typing import Any
 
 from ._datagram_transport import _SelectorDatagramTransport
+from ._pipe_transport import _UnixReadPipeTransport, _UnixWritePipeTransport
 from ._socket_transport import _SelectorSocketTransport, native_capable
 
 # Methods of asyncio.selector_events.BaseSelectorEventLoop used as they are.
@@ -38,8 +39,6 @@ _FROM_SELECTOR_LOOP = (
 
 # Methods of asyncio.unix_events._UnixSelectorEventLoop used as they are.
 _FROM_UNIX_LOOP = (
-    "_make_read_pipe_transport",
-    "_make_write_pipe_transport",
     "_make_subprocess_transport",
     "_child_watcher_callback",
     "create_unix_connection",
@@ -100,6 +99,18 @@ class TransportOps:
             else selector_events._SelectorDatagramTransport
         )
         return cls(self, sock, protocol, address, waiter, extra)
+
+    def _make_read_pipe_transport(
+        self, pipe: Any, protocol: Any, waiter: Any = None, extra: Any = None
+    ) -> Any:
+        """The native read-pipe transport (``connect_read_pipe``, a subprocess's stdout/stderr)."""
+        return _UnixReadPipeTransport(self, pipe, protocol, waiter, extra)
+
+    def _make_write_pipe_transport(
+        self, pipe: Any, protocol: Any, waiter: Any = None, extra: Any = None
+    ) -> Any:
+        """The native write-pipe transport (``connect_write_pipe``, a subprocess's stdin)."""
+        return _UnixWritePipeTransport(self, pipe, protocol, waiter, extra)
 
     def _make_ssl_transport(
         self,

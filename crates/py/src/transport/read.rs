@@ -1,5 +1,6 @@
-//! The read side: readiness → `recv` → `data_received(bytes)`, or `recv` into the buffer a
-//! `BufferedProtocol` lends (`get_buffer`/`buffer_updated`), with asyncio's error messages.
+//! The read side: readiness → `recv` (or a pipe's `read`) → `data_received(bytes)`, or `recv`
+//! into the buffer a `BufferedProtocol` lends (`get_buffer`/`buffer_updated`), with asyncio's
+//! error messages.
 
 use std::cell::RefCell;
 use std::io;
@@ -65,7 +66,7 @@ impl StreamCore {
         let this = slf.get();
         let (protocol, buffered) = {
             let st = this.state.borrow(py)?;
-            if st.conn_lost > 0 {
+            if st.gone() {
                 return Ok(());
             }
             let Some(protocol) = st.protocol.as_ref() else {
@@ -81,26 +82,27 @@ impl StreamCore {
         }
     }
 
-    /// asyncio's `_read_ready__data_received`.
+    /// asyncio's `_read_ready__data_received` (sockets) or `_UnixReadPipeTransport._read_ready`.
     fn read_bytes(&self, py: Python<'_>, protocol: &Bound<'_, PyAny>) -> PyResult<()> {
-        let fd = self.fd;
+        let (fd, kind) = (self.fd, self.kind);
         let received = with_read_buf(|buf| {
             // SAFETY: `buf` is `buf.len()` initialised, writable bytes; `fd` is the transport's
-            // open socket (module invariant: conn_lost is 0).
-            let r = cvt(unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) });
+            // open fd (module invariant: the core is not `gone`).
+            let r = cvt(unsafe { kind.read(fd, buf.as_mut_ptr(), buf.len()) });
             // Creating a bytes object runs no Python code (bytes are not GC-tracked).
             classify(r, |n| PyBytes::new(py, &buf[..n]))
         });
         match received {
-            Err(e) => self.fatal(py, os_error(py, &e), "Fatal read error on socket transport"),
+            Err(e) => self.fatal(py, os_error(py, &e), kind.read_error()),
             Ok(Received::Nothing) => Ok(()),
             Ok(Received::Eof) => self.on_eof(py),
             Ok(Received::Data(data)) => {
                 match protocol.call_method1(intern!(py, "data_received"), (data,)) {
                     Ok(_) => Ok(()),
-                    Err(e) => {
+                    Err(e) if kind.protocol_errors_are_fatal() => {
                         self.fatal(py, e, "Fatal error: protocol.data_received() call failed.")
                     }
+                    Err(e) => Err(e),
                 }
             }
         }
@@ -157,7 +159,8 @@ impl StreamCore {
     }
 
     /// The peer closed its side: asyncio's `_read_ready__on_eof` (debug log, `eof_received()`,
-    /// keep the connection half-open or close it), a cold path left in Python.
+    /// keep the connection half-open or close it; a pipe transport always closes), a cold path
+    /// left in Python.
     fn on_eof(&self, py: Python<'_>) -> PyResult<()> {
         self.call_transport(py, intern!(py, "_read_ready__on_eof"), ())
     }
