@@ -7,7 +7,8 @@ classes subclass asyncio's own (so ``isinstance`` checks, reprs and log lines ar
 keep asyncio's code for every cold path: ``__repr__``, ``__del__`` and its ``ResourceWarning``,
 ``_fatal_error`` (with its ``EIO`` rule for ptys), ``pause_reading``/``resume_reading``,
 ``close``, ``abort``, ``set_write_buffer_limits`` and the flow-control callbacks. The hot paths
-are a ``StreamCore`` made with ``pipe=True`` (``crates/py/src/transport/``):
+are a ``StreamCore`` made with ``pipe="read"`` or ``pipe="write"``
+(``crates/py/src/transport/``):
 
 - read pipe: the core is the fd's reader (``_read_ready``): readiness → ``read`` into the
   per-thread buffer → ``protocol.data_received(bytes)``; EOF runs ``_read_ready__on_eof`` below;
@@ -38,30 +39,35 @@ class _UnixReadPipeTransport(CoreStateMixin, unix_events._UnixReadPipeTransport)
     def __init__(
         self, loop: Any, pipe: Any, protocol: Any, waiter: Any = None, extra: Any = None
     ) -> None:
-        # The steps of asyncio's constructor, with the core as the reader.
+        # The steps of asyncio's constructor, with the core as the reader. The core comes
+        # first: every attribute asyncio's __repr__ and __del__ read must exist from here on.
+        fileno = pipe.fileno()
+        core = StreamCore._attach(loop, self, fileno, pipe="read")
+        self._core = core
+        self._read_ready = core  # type: ignore[method-assign]
+        self.is_closing = core.is_closing  # type: ignore[method-assign]
         transports.ReadTransport.__init__(self, extra)
         self._extra["pipe"] = pipe
         self._loop = loop
         self._pipe = pipe
-        self._fileno = pipe.fileno()
-        mode = os.fstat(self._fileno).st_mode
-        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
-            self._pipe = None
-            self._fileno = None
-            raise ValueError("Pipe transport is for pipes/sockets only.")
-        core = StreamCore._attach(loop, self, self._fileno, pipe=True)
-        self._core = core
-        self._read_ready = core  # type: ignore[method-assign]
-        self.is_closing = core.is_closing  # type: ignore[method-assign]
+        self._fileno = fileno
         self.set_protocol(protocol)
         self._closing = False
         self._paused = False
 
-        os.set_blocking(self._fileno, False)
+        mode = os.fstat(fileno).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+            self._pipe = None
+            self._fileno = None
+            self._protocol = None
+            core._release()
+            raise ValueError("Pipe transport is for pipes/sockets only.")
+
+        os.set_blocking(fileno, False)
 
         loop.call_soon(protocol.connection_made, self)
         # Reading starts once connection_made() has run; then the waiter is woken.
-        loop.call_soon(self._add_reader, self._fileno, core)
+        loop.call_soon(self._add_reader, fileno, core)
         if waiter is not None:
             loop.call_soon(futures._set_result_unless_cancelled, waiter, None)
 
@@ -89,7 +95,7 @@ class _UnixWritePipeTransport(CoreStateMixin, unix_events._UnixWritePipeTranspor
     ) -> None:
         # The steps of asyncio's constructor, with the core in place of the Python buffer.
         fileno = pipe.fileno()
-        core = StreamCore._attach(loop, self, fileno, pipe=True)
+        core = StreamCore._attach(loop, self, fileno, pipe="write")
         self._core = core
         self.write = core.write  # type: ignore[method-assign]
         self.get_write_buffer_size = core.get_write_buffer_size  # type: ignore[method-assign]
@@ -109,6 +115,7 @@ class _UnixWritePipeTransport(CoreStateMixin, unix_events._UnixWritePipeTranspor
         if not (is_char or is_fifo or is_socket):
             self._pipe = None
             self._fileno = None
+            self._protocol = None
             core._release()
             raise ValueError("Pipe transport is only for pipes, sockets and character devices")
 

@@ -236,6 +236,7 @@ def test_data_received_raising_reaches_the_exception_handler_and_reading_goes_on
     assert run(main()) == b"boom and more"
     calls = exception_handler_calls.consume()
     assert [type(c["exception"]) for c in calls] == [ZeroDivisionError]
+    assert calls[0]["message"] == "Exception in callback _UnixReadPipeTransport._read_ready()"
 
 
 def test_read_pipe_set_protocol_switches_the_receiver(loop, run, recorder, pipe):

@@ -8,7 +8,7 @@
 //! Python frame. The core is also the fd's reader and writer callback in the loop's fd table:
 //! readiness goes poller → `StreamCore.__call__` → `recv` → `protocol.data_received` with no
 //! Python in between. `ferroloop._pipe_transport` does the same for asyncio's
-//! `_UnixReadPipeTransport` and `_UnixWritePipeTransport` with a core of [`Kind::Pipe`]: `read`
+//! `_UnixReadPipeTransport` and `_UnixWritePipeTransport` with a core of [`Kind::ReadPipe`] or [`Kind::WritePipe`]: `read`
 //! and `writev` instead of `recv` and `sendmsg`, and asyncio's pipe rules where they differ from
 //! its socket rules (each difference is a method of `Kind`).
 //!
@@ -51,7 +51,9 @@ pub use datagram::DatagramCore;
 use std::os::fd::RawFd;
 
 use ferroloop_core::{OutQueue, WriteCall};
-use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit, PyTypeError};
+use pyo3::exceptions::{
+    PyAttributeError, PyKeyboardInterrupt, PySystemExit, PyTypeError, PyValueError,
+};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -121,18 +123,35 @@ pub(crate) struct CoreState {
 pub(crate) enum Kind {
     /// A stream socket: asyncio's `selector_events._SelectorSocketTransport`.
     Socket,
-    /// A pipe, character device or socket given to `connect_read_pipe`/`connect_write_pipe`:
-    /// asyncio's `unix_events._UnixReadPipeTransport`/`_UnixWritePipeTransport` (`os.read`,
-    /// `os.write`). A pipe core only ever reads or only ever writes.
-    Pipe,
+    /// A pipe, character device or socket given to `connect_read_pipe`: asyncio's
+    /// `unix_events._UnixReadPipeTransport` (`os.read`). The core only reads.
+    ReadPipe,
+    /// The same given to `connect_write_pipe`: asyncio's `_UnixWritePipeTransport`
+    /// (`os.write`). The core only writes.
+    WritePipe,
 }
 
 impl Kind {
+    fn is_pipe(self) -> bool {
+        self != Self::Socket
+    }
+
+    /// The name of the callback asyncio registers for the fd, for the loop's messages
+    /// ("Exception in callback _UnixReadPipeTransport._read_ready()"). A socket core is both
+    /// reader and writer, so it has none (the message shows the core's repr).
+    fn callback_name(self) -> Option<&'static str> {
+        match self {
+            Self::Socket => None,
+            Self::ReadPipe => Some("_UnixReadPipeTransport._read_ready"),
+            Self::WritePipe => Some("_UnixWritePipeTransport._write_ready"),
+        }
+    }
+
     /// The vectored write: `sendmsg(MSG_NOSIGNAL)` for sockets, `writev` for pipes.
     fn write_call(self) -> WriteCall {
         match self {
             Self::Socket => WriteCall::SendMsg,
-            Self::Pipe => WriteCall::WriteV,
+            Self::ReadPipe | Self::WritePipe => WriteCall::WriteV,
         }
     }
 
@@ -145,21 +164,21 @@ impl Kind {
             // SAFETY: the caller's contract.
             Self::Socket => unsafe { libc::recv(fd, buf.cast(), len, 0) },
             // SAFETY: the caller's contract.
-            Self::Pipe => unsafe { libc::read(fd, buf.cast(), len) },
+            Self::ReadPipe | Self::WritePipe => unsafe { libc::read(fd, buf.cast(), len) },
         }
     }
 
     fn read_error(self) -> &'static str {
         match self {
             Self::Socket => "Fatal read error on socket transport",
-            Self::Pipe => "Fatal read error on pipe transport",
+            Self::ReadPipe | Self::WritePipe => "Fatal read error on pipe transport",
         }
     }
 
     fn write_error(self) -> &'static str {
         match self {
             Self::Socket => "Fatal write error on socket transport",
-            Self::Pipe => "Fatal write error on pipe transport",
+            Self::ReadPipe | Self::WritePipe => "Fatal write error on pipe transport",
         }
     }
 
@@ -168,7 +187,9 @@ impl Kind {
     fn lost_warning(self) -> &'static str {
         match self {
             Self::Socket => "socket.send() raised exception.",
-            Self::Pipe => "pipe closed by peer or os.write(pipe, data) raised exception.",
+            Self::ReadPipe | Self::WritePipe => {
+                "pipe closed by peer or os.write(pipe, data) raised exception."
+            }
         }
     }
 
@@ -182,13 +203,13 @@ impl Kind {
     /// Whether `write()` after `close()` is dropped and counted like a write to a lost
     /// connection (pipes); a socket still queues it until the close finishes.
     fn drops_writes_when_closing(self) -> bool {
-        self == Self::Pipe
+        self.is_pipe()
     }
 
     /// Whether a failed write counts in `_conn_lost` before `_fatal_error` (pipes: their
     /// `_close` does not count it, a socket's `_force_close` does).
     fn counts_write_errors(self) -> bool {
-        self == Self::Pipe
+        self.is_pipe()
     }
 
     /// Whether the protocol may resume writing after a flush that leaves bytes queued
@@ -281,17 +302,26 @@ impl StreamCore {
         ))
     }
 
-    /// The core of `transport`, a stream transport on `loop` for socket `fd`, or (`pipe`) a
-    /// pipe transport for pipe `fd`.
+    /// The core of `transport`, a stream transport on `loop` for socket `fd`, or a pipe
+    /// transport for `fd` that reads (`pipe="read"`) or writes (`pipe="write"`).
     #[staticmethod]
-    #[pyo3(signature = (r#loop, transport, fd, *, pipe = false))]
+    #[pyo3(signature = (r#loop, transport, fd, *, pipe = None))]
     fn _attach(
         r#loop: &Bound<'_, LoopCore>,
         transport: &Bound<'_, PyAny>,
         fd: RawFd,
-        pipe: bool,
+        pipe: Option<&str>,
     ) -> PyResult<Py<Self>> {
-        let kind = if pipe { Kind::Pipe } else { Kind::Socket };
+        let kind = match pipe {
+            None => Kind::Socket,
+            Some("read") => Kind::ReadPipe,
+            Some("write") => Kind::WritePipe,
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "pipe must be 'read' or 'write', not {other:?}"
+                )))
+            }
+        };
         Py::new(
             r#loop.py(),
             Self {
@@ -323,6 +353,14 @@ impl StreamCore {
         } else {
             Self::on_readable(slf)
         }
+    }
+
+    /// A pipe core's name in the loop's messages, as asyncio's callback (see `Kind`).
+    #[getter(__qualname__)]
+    fn qualname(&self) -> PyResult<&'static str> {
+        self.kind
+            .callback_name()
+            .ok_or_else(|| PyAttributeError::new_err("__qualname__"))
     }
 
     /// `set_protocol`: `buffered` says whether reads go through `get_buffer`/`buffer_updated`.

@@ -13,7 +13,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 use ferroloop_core::sys::cvt;
 
 use super::pybuf::RawBuffer;
-use super::{Attached, Kind, StreamCore};
+use super::{Attached, StreamCore};
 use crate::event_loop::LoopCore;
 use crate::sock_ops::os_error;
 
@@ -109,7 +109,7 @@ impl StreamCore {
         let data = match Data::new(data) {
             Ok(data) => data,
             // asyncio's pipe asserts the type: `assert isinstance(data, (bytes, ...)), repr(data)`.
-            Err(_) if kind == Kind::Pipe => {
+            Err(_) if kind.is_pipe() => {
                 return Err(PyAssertionError::new_err(data.repr()?.unbind()));
             }
             Err(e) => return Err(e),
@@ -270,7 +270,7 @@ impl StreamCore {
                 .call_method1(intern!(py, "set_result"), (py.None(),))?;
         }
         if closing {
-            if kind == Kind::Pipe {
+            if kind.is_pipe() {
                 // asyncio's pipe stops watching for the reader's close first.
                 LoopCore::set_native_callback(
                     this.loop_.bind(py),
