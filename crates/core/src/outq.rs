@@ -321,7 +321,14 @@ fn sendmsg(fd: RawFd, iov: &[libc::iovec]) -> io::Result<usize> {
     cvt(unsafe { libc::sendmsg(fd, &raw const msg, libc::MSG_NOSIGNAL) }).map(|n| n as usize)
 }
 
+/// `writev`, or plain `write` for one buffer (the usual case: a `write()` with nothing queued),
+/// which spares the kernel copying and checking the iovec array (about 5% of a 1 KiB pipe echo's
+/// samples under perf, `import_iovec` and `copy_iovec_from_user`).
 fn writev(fd: RawFd, iov: &[libc::iovec]) -> io::Result<usize> {
+    if let [one] = iov {
+        // SAFETY: `one` points into a live buffer of `iov_len` bytes for this call.
+        return cvt(unsafe { libc::write(fd, one.iov_base, one.iov_len) }).map(|n| n as usize);
+    }
     // SAFETY: the entries of `iov` point into live buffers for this call, and `iov.len()` is at
     // most `MAX_IOVECS`, well under `IOV_MAX`.
     cvt(unsafe { libc::writev(fd, iov.as_ptr(), iov.len() as libc::c_int) }).map(|n| n as usize)
