@@ -2,9 +2,11 @@
 
 Stream transports over plain TCP and Unix sockets are native (``_socket_transport``, over
 ``crates/py/src/transport``), also under TLS (asyncio's ``sslproto`` layered on top), and so are
-datagram transports over plain UDP and Unix datagram sockets (``_datagram_transport``).
-Everything else is asyncio's own implementation: the Unix pipe and subprocess transports, and
-stream and datagram transports over other socket objects. Those need only a few hooks from
+datagram transports over plain UDP and Unix datagram sockets (``_datagram_transport``) and the
+read- and write-pipe transports (``_pipe_transport``), which carry every subprocess pipe.
+Everything else is asyncio's own implementation: the subprocess transport (it orchestrates the
+child and its pipe transports), and stream and datagram transports over other socket objects.
+Those need only a few hooks from
 their loop: ``_add_reader``/``_add_writer``/``_remove_reader``/``_remove_writer`` (native), a
 ``_transports`` map from fd to transport, and the
 ``_start_serving``/``_accept_connection``/``_stop_serving`` plumbing. This mixin supplies those
