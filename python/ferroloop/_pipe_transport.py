@@ -29,10 +29,26 @@ import os
 import stat
 from asyncio import futures, transports, unix_events
 from asyncio.log import logger
-from typing import Any
+from typing import Any, NoReturn
 
 from ._native import StreamCore
 from ._socket_transport import CoreStateMixin, core_attr
+
+
+def _file_type(fileno: int) -> tuple[bool, bool, bool]:
+    """Whether ``fileno`` is a character device, a pipe (FIFO) or a socket."""
+    mode = os.fstat(fileno).st_mode
+    return stat.S_ISCHR(mode), stat.S_ISFIFO(mode), stat.S_ISSOCK(mode)
+
+
+def _refuse(transport: Any, message: str) -> NoReturn:
+    """asyncio's way out of a constructor given another kind of file: the transport forgets
+    the pipe (so ``__del__`` neither warns nor closes it) and the core lets go of it."""
+    transport._pipe = None
+    transport._fileno = None
+    transport._protocol = None
+    transport._core._release()
+    raise ValueError(message)
 
 
 class _UnixReadPipeTransport(CoreStateMixin, unix_events._UnixReadPipeTransport):
@@ -55,13 +71,9 @@ class _UnixReadPipeTransport(CoreStateMixin, unix_events._UnixReadPipeTransport)
         self._closing = False
         self._paused = False
 
-        mode = os.fstat(fileno).st_mode
-        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
-            self._pipe = None
-            self._fileno = None
-            self._protocol = None
-            core._release()
-            raise ValueError("Pipe transport is for pipes/sockets only.")
+        is_char, is_fifo, is_socket = _file_type(fileno)
+        if not (is_fifo or is_socket or is_char):
+            _refuse(self, "Pipe transport is for pipes/sockets only.")
 
         os.set_blocking(fileno, False)
 
@@ -108,16 +120,9 @@ class _UnixWritePipeTransport(CoreStateMixin, unix_events._UnixWritePipeTranspor
         self._conn_lost = 0
         self._closing = False  # Set when close() or write_eof() called.
 
-        mode = os.fstat(fileno).st_mode
-        is_char = stat.S_ISCHR(mode)
-        is_fifo = stat.S_ISFIFO(mode)
-        is_socket = stat.S_ISSOCK(mode)
+        is_char, is_fifo, is_socket = _file_type(fileno)
         if not (is_char or is_fifo or is_socket):
-            self._pipe = None
-            self._fileno = None
-            self._protocol = None
-            core._release()
-            raise ValueError("Pipe transport is only for pipes, sockets and character devices")
+            _refuse(self, "Pipe transport is only for pipes, sockets and character devices")
 
         os.set_blocking(fileno, False)
         loop.call_soon(protocol.connection_made, self)
