@@ -12,8 +12,10 @@ second call would reach the loop's exception handler and fail the test.
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import logging
+import os
 import socket
 import sys
 import warnings
@@ -371,3 +373,28 @@ def test_subprocess_stdin_drain_and_stdout_stream(loop, run):
         return out == (chunk * 32)[::-1], await process.wait()
 
     assert run(main()) == (True, 0)
+
+
+def test_pty_whose_other_side_closes_ends_with_eio_and_no_report(loop, run, recorder):
+    # Reading a pty master after the slave closed fails with EIO, which asyncio's pipe transport
+    # treats as the end of the stream: connection_lost(OSError(EIO)), no exception handler call.
+    master_fd, slave_fd = os.openpty()
+    master = os.fdopen(master_fd, "rb", buffering=0)
+
+    async def main():
+        transport, protocol = await loop.connect_read_pipe(recorder, master)
+        os.write(slave_fd, b"last line\n")
+        received = await protocol.received_at_least(10)
+        os.close(slave_fd)
+        await protocol.lost
+        return received, protocol.lost_exc, protocol.milestones(), transport.is_closing()
+
+    try:
+        received, exc, events, closing = run(main())
+    finally:
+        master.close()
+    assert received.replace(b"\r\n", b"\n") == b"last line\n"
+    assert isinstance(exc, OSError)
+    assert exc.errno == errno.EIO
+    assert events == ["connection_made", "data_received", "connection_lost"]
+    assert closing
