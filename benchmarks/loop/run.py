@@ -35,6 +35,7 @@ BENCHMARKS = (
     "tcp_streams_echo",
     "unix_echo",
     "udp_echo",
+    "pipe_echo",
     "tls_echo",
 )
 RESULTS = Path(__file__).resolve().parent.parent / "results"

@@ -2,7 +2,7 @@
 
 from collections.abc import Callable
 from contextvars import Context
-from typing import Any, final
+from typing import Any, Literal, final
 
 from typing_extensions import disjoint_base
 
@@ -189,7 +189,8 @@ class Ready:
 
 @final
 class StreamCore:
-    """The native core of a stream socket transport (``_socket_transport``)."""
+    """The native core of a stream socket transport (``_socket_transport``) or, made with
+    ``pipe="read"`` or ``pipe="write"``, of a pipe transport (``_pipe_transport``)."""
 
     _protocol: Any
     _empty_waiter: Any
@@ -200,8 +201,12 @@ class StreamCore:
     _high_water: float
     _low_water: float
     @staticmethod
-    def _attach(loop: LoopCore, transport: Any, fd: int) -> StreamCore: ...
+    def _attach(
+        loop: LoopCore, transport: Any, fd: int, *, pipe: Literal["read", "write"] | None = None
+    ) -> StreamCore: ...
     def __call__(self, writable: bool = False) -> None: ...
+    @property
+    def __qualname__(self) -> str: ...  # type: ignore[override]
     def set_protocol(self, protocol: Any, buffered: bool) -> None: ...
     def write(self, data: bytes | bytearray | memoryview) -> None: ...
     def get_write_buffer_size(self) -> int: ...

@@ -29,26 +29,42 @@ from typing import Any
 from ._native import StreamCore
 
 
-def _core_attr(name: str) -> Any:
+def core_attr(name: str) -> Any:
+    """A transport attribute that lives in the native core (``self._core.<name>``)."""
+
     def set_(self: Any, value: Any) -> None:
         setattr(self._core, name, value)
 
     return property(attrgetter(f"_core.{name}"), set_)
 
 
-class NativeCoreMixin:
-    """What the stream and datagram transports share: the state their native core holds, and
-    asyncio's ``close``/``_force_close`` with the core's queue in place of ``_buffer``."""
+class CoreStateMixin:
+    """What every transport over a native core shares: the state the core holds, and dropping
+    the core's reference to the transport once ``connection_lost`` has run."""
 
     __slots__ = ()
     _core: Any
+
+    _protocol = core_attr("_protocol")
+    _conn_lost = core_attr("_conn_lost")
+    _closing = core_attr("_closing")
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        try:
+            super()._call_connection_lost(exc)  # type: ignore[misc]
+        finally:
+            # Breaks the transport <-> core cycle now rather than at the next GC pass.
+            self._core._release()
+
+
+class NativeCoreMixin(CoreStateMixin):
+    """What the stream and datagram socket transports share: asyncio's ``close`` and
+    ``_force_close`` with the core's queue in place of ``_buffer``, and the extra info."""
+
+    __slots__ = ()
     _extra: dict[str, Any]
     _loop: Any
     _sock_fd: int
-
-    _protocol = _core_attr("_protocol")
-    _conn_lost = _core_attr("_conn_lost")
-    _closing = _core_attr("_closing")
 
     def _init_extra(self, loop: Any, sock: socket.socket, extra: Any) -> None:
         """asyncio's ``_SelectorTransport.__init__`` up to ``peername``: flow-control limits and
@@ -88,20 +104,13 @@ class NativeCoreMixin:
         core._conn_lost += 1
         self._loop.call_soon(self._call_connection_lost, exc)
 
-    def _call_connection_lost(self, exc: BaseException | None) -> None:
-        try:
-            super()._call_connection_lost(exc)  # type: ignore[misc]
-        finally:
-            # Breaks the transport <-> core cycle now rather than at the next GC pass.
-            self._core._release()
-
 
 class _SelectorSocketTransport(NativeCoreMixin, selector_events._SelectorSocketTransport):
-    _eof = _core_attr("_eof")
-    _empty_waiter = _core_attr("_empty_waiter")
-    _protocol_paused = _core_attr("_protocol_paused")
-    _high_water = _core_attr("_high_water")
-    _low_water = _core_attr("_low_water")
+    _eof = core_attr("_eof")
+    _empty_waiter = core_attr("_empty_waiter")
+    _protocol_paused = core_attr("_protocol_paused")
+    _high_water = core_attr("_high_water")
+    _low_water = core_attr("_low_water")
 
     def __init__(
         self,

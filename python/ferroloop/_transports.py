@@ -2,9 +2,11 @@
 
 Stream transports over plain TCP and Unix sockets are native (``_socket_transport``, over
 ``crates/py/src/transport``), also under TLS (asyncio's ``sslproto`` layered on top), and so are
-datagram transports over plain UDP and Unix datagram sockets (``_datagram_transport``).
-Everything else is asyncio's own implementation: the Unix pipe and subprocess transports, and
-stream and datagram transports over other socket objects. Those need only a few hooks from
+datagram transports over plain UDP and Unix datagram sockets (``_datagram_transport``) and the
+read- and write-pipe transports (``_pipe_transport``), which carry every subprocess pipe.
+Everything else is asyncio's own implementation: the subprocess transport (it orchestrates the
+child and its pipe transports), and stream and datagram transports over other socket objects.
+Those need only a few hooks from
 their loop: ``_add_reader``/``_add_writer``/``_remove_reader``/``_remove_writer`` (native), a
 ``_transports`` map from fd to transport, and the
 ``_start_serving``/``_accept_connection``/``_stop_serving`` plumbing. This mixin supplies those
@@ -24,6 +26,7 @@ from asyncio import constants, selector_events, sslproto, unix_events
 from typing import Any
 
 from ._datagram_transport import _SelectorDatagramTransport
+from ._pipe_transport import _UnixReadPipeTransport, _UnixWritePipeTransport
 from ._socket_transport import _SelectorSocketTransport, native_capable
 
 # Methods of asyncio.selector_events.BaseSelectorEventLoop used as they are.
@@ -38,8 +41,6 @@ _FROM_SELECTOR_LOOP = (
 
 # Methods of asyncio.unix_events._UnixSelectorEventLoop used as they are.
 _FROM_UNIX_LOOP = (
-    "_make_read_pipe_transport",
-    "_make_write_pipe_transport",
     "_make_subprocess_transport",
     "_child_watcher_callback",
     "create_unix_connection",
@@ -100,6 +101,18 @@ class TransportOps:
             else selector_events._SelectorDatagramTransport
         )
         return cls(self, sock, protocol, address, waiter, extra)
+
+    def _make_read_pipe_transport(
+        self, pipe: Any, protocol: Any, waiter: Any = None, extra: Any = None
+    ) -> Any:
+        """The native read-pipe transport (``connect_read_pipe``, a subprocess's stdout/stderr)."""
+        return _UnixReadPipeTransport(self, pipe, protocol, waiter, extra)
+
+    def _make_write_pipe_transport(
+        self, pipe: Any, protocol: Any, waiter: Any = None, extra: Any = None
+    ) -> Any:
+        """The native write-pipe transport (``connect_write_pipe``, a subprocess's stdin)."""
+        return _UnixWritePipeTransport(self, pipe, protocol, waiter, extra)
 
     def _make_ssl_transport(
         self,

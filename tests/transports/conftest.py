@@ -11,6 +11,7 @@ imported, so the test files stay independent of how pytest puts directories on s
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -93,6 +94,16 @@ class RecordingProtocol(asyncio.Protocol):
 def recorder() -> type[RecordingProtocol]:
     """The RecordingProtocol class (subclass it in a test to add behaviour)."""
     return RecordingProtocol
+
+
+@pytest.fixture
+def pipe():
+    """(read file, write file) of an os.pipe(), unbuffered; closed at teardown if still open."""
+    read_fd, write_fd = os.pipe()
+    reader = os.fdopen(read_fd, "rb", buffering=0)
+    writer = os.fdopen(write_fd, "wb", buffering=0)
+    with reader, writer:
+        yield reader, writer
 
 
 class TcpEndpoints:

@@ -5,18 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 
-import pytest
-
-
-@pytest.fixture
-def pipe():
-    """(read file, write file) of an os.pipe(), unbuffered; closed at teardown if still open."""
-    read_fd, write_fd = os.pipe()
-    reader = os.fdopen(read_fd, "rb", buffering=0)
-    writer = os.fdopen(write_fd, "wb", buffering=0)
-    with reader, writer:
-        yield reader, writer
-
 
 def test_read_pipe_delivers_data_then_eof_then_connection_lost(loop, run, recorder, pipe):
     reader, writer = pipe

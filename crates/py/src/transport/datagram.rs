@@ -354,7 +354,7 @@ impl DatagramCore {
                 }
                 if conn_lost > 0 {
                     if conn_lost >= LOG_THRESHOLD_FOR_CONNLOST_WRITES {
-                        warn_write_after_lost(py)?;
+                        warn_write_after_lost(py, "socket.send() raised exception.")?;
                     }
                     this.state.borrow(py)?.conn_lost += 1;
                     return Ok(());

@@ -1,4 +1,5 @@
-//! The native core of a plain stream socket transport (TCP or Unix, no TLS).
+//! The native core of a byte-stream transport: a plain stream socket (TCP or Unix, no TLS), or
+//! one end of a pipe (`connect_read_pipe`/`connect_write_pipe`, and so every subprocess pipe).
 //!
 //! `ferroloop._socket_transport._SelectorSocketTransport` is a Python subclass of asyncio's
 //! `_SelectorSocketTransport` (so `isinstance(t, asyncio.Transport)` holds and every cold path is
@@ -6,30 +7,38 @@
 //! `get_write_buffer_size`, `is_closing`) on the instance, so the hot calls reach Rust without a
 //! Python frame. The core is also the fd's reader and writer callback in the loop's fd table:
 //! readiness goes poller → `StreamCore.__call__` → `recv` → `protocol.data_received` with no
-//! Python in between.
+//! Python in between. `ferroloop._pipe_transport` does the same for asyncio's
+//! `_UnixReadPipeTransport` and `_UnixWritePipeTransport` with a core of [`Kind::ReadPipe`] or [`Kind::WritePipe`]: `read`
+//! and `writev` instead of `recv` and `sendmsg`, and asyncio's pipe rules where they differ from
+//! its socket rules (each difference is a method of `Kind`).
 //!
 //! Invariants:
-//! - **The fd** belongs to the transport's `socket.socket` (`_sock`), which closes it in
-//!   asyncio's `_call_connection_lost`. The core only borrows the number. Every core entry point
-//!   returns early once `conn_lost > 0`, which is set before `connection_lost` is scheduled, so the
-//!   core never touches the number after the socket is closed (it may belong to another socket).
+//! - **The fd** belongs to the transport's `socket.socket` (`_sock`) or pipe file object
+//!   (`_pipe`), which closes it in asyncio's `_call_connection_lost`; right after, the Python
+//!   side calls `_release`, which drops the transport. The core only borrows the number. Every
+//!   core entry point returns early once `conn_lost > 0` (a socket sets it before
+//!   `connection_lost` is scheduled) or the transport is released (a pipe never counts a close in
+//!   `conn_lost`; its fd stays open until `_call_connection_lost`), so the core never touches the
+//!   number after it is closed (it may belong to another file by then).
 //! - **The poller**: reading is registered and removed by the Python side exactly as asyncio does
 //!   (connection made, `pause_reading`/`resume_reading`, `close`, EOF). The writer is registered by
 //!   the core when a `write` leaves bytes queued and removed when the queue drains, or by the
-//!   Python side in `close`/`_force_close`. Both leave the poller before `connection_lost` runs.
+//!   Python side in `close`/`_force_close` (sockets) and `_close` (pipes). Both leave the poller
+//!   before `connection_lost` runs. A write pipe's reader (asyncio's trick for noticing that the
+//!   reading end closed) is a Python method; the core removes it when a drain finishes a close.
 //! - **`connection_lost`** runs once, through `_call_connection_lost`: scheduled with `call_soon`
-//!   by `close()` (empty queue) or `_force_close`, or called by the writer callback when the queue
-//!   drains after `close()`; then the core drops its transport reference (`_release`), breaking
-//!   the transport ↔ core cycle without waiting for the garbage collector.
+//!   by `close()` (empty queue) or `_force_close`/`_close`, or called by the writer callback when
+//!   the queue drains after `close()`; then the core drops its transport reference (`_release`),
+//!   breaking the transport ↔ core cycle without waiting for the garbage collector.
 //! - **State** (`CoreState`) is the single copy of what both sides read: the Python class exposes
 //!   `_protocol`, `_conn_lost`, `_closing`, `_eof`, `_empty_waiter`, `_protocol_paused`,
 //!   `_high_water` and `_low_water` as properties over it. It is borrowed only between Python
 //!   calls: decisions are taken under the borrow, the calls they imply run after it ends.
 //! - **Reads** land in one 256 KiB buffer per thread (a thread runs at most one loop at a time),
 //!   then become one `bytes` of the size read; a `BufferedProtocol` gets `recv` straight into the
-//!   buffer its `get_buffer` returned.
-//! - **Writes** are tried with one `sendmsg` when nothing is queued; the rest is copied into an
-//!   `OutQueue` and flushed with vectored `sendmsg` when the socket is writable.
+//!   buffer its `get_buffer` returned (sockets only: asyncio's pipes always call `data_received`).
+//! - **Writes** are tried with one vectored write when nothing is queued; the rest is copied into
+//!   an `OutQueue` (`sendmsg` or `writev`, by kind) and flushed when the fd is writable.
 
 mod datagram;
 mod pybuf;
@@ -41,8 +50,10 @@ pub use datagram::DatagramCore;
 
 use std::os::fd::RawFd;
 
-use ferroloop_core::OutQueue;
-use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit, PyTypeError};
+use ferroloop_core::{OutQueue, WriteCall};
+use pyo3::exceptions::{
+    PyAttributeError, PyKeyboardInterrupt, PySystemExit, PyTypeError, PyValueError,
+};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -105,10 +116,122 @@ pub(crate) struct CoreState {
     empty_waiter: Option<Py<PyAny>>,
 }
 
+/// What the core's fd is. asyncio's socket and pipe transports differ in their syscalls, their
+/// messages and a few rules; each difference is one method here, so the read and write paths
+/// are shared and the differences can be read side by side.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A stream socket: asyncio's `selector_events._SelectorSocketTransport`.
+    Socket,
+    /// A pipe, character device or socket given to `connect_read_pipe`: asyncio's
+    /// `unix_events._UnixReadPipeTransport` (`os.read`). The core only reads.
+    ReadPipe,
+    /// The same given to `connect_write_pipe`: asyncio's `_UnixWritePipeTransport`
+    /// (`os.write`). The core only writes.
+    WritePipe,
+}
+
+impl Kind {
+    fn is_pipe(self) -> bool {
+        self != Self::Socket
+    }
+
+    /// The name of the callback asyncio registers for the fd, for the loop's messages
+    /// ("Exception in callback _UnixReadPipeTransport._read_ready()"). A socket core is both
+    /// reader and writer, so it has none (the message shows the core's repr).
+    fn callback_name(self) -> Option<&'static str> {
+        match self {
+            Self::Socket => None,
+            Self::ReadPipe => Some("_UnixReadPipeTransport._read_ready"),
+            Self::WritePipe => Some("_UnixWritePipeTransport._write_ready"),
+        }
+    }
+
+    /// The vectored write: `sendmsg(MSG_NOSIGNAL)` for sockets, `writev` for pipes.
+    fn write_call(self) -> WriteCall {
+        match self {
+            Self::Socket => WriteCall::SendMsg,
+            Self::ReadPipe | Self::WritePipe => WriteCall::WriteV,
+        }
+    }
+
+    /// `recv(fd, buf, len, 0)` or `read(fd, buf, len)`.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes, and `fd` open.
+    unsafe fn read(self, fd: RawFd, buf: *mut u8, len: usize) -> isize {
+        match self {
+            // SAFETY: the caller's contract.
+            Self::Socket => unsafe { libc::recv(fd, buf.cast(), len, 0) },
+            // SAFETY: the caller's contract.
+            Self::ReadPipe | Self::WritePipe => unsafe { libc::read(fd, buf.cast(), len) },
+        }
+    }
+
+    fn read_error(self) -> &'static str {
+        match self {
+            Self::Socket => "Fatal read error on socket transport",
+            Self::ReadPipe | Self::WritePipe => "Fatal read error on pipe transport",
+        }
+    }
+
+    fn write_error(self) -> &'static str {
+        match self {
+            Self::Socket => "Fatal write error on socket transport",
+            Self::ReadPipe | Self::WritePipe => "Fatal write error on pipe transport",
+        }
+    }
+
+    /// The warning logged for writes past `LOG_THRESHOLD_FOR_CONNLOST_WRITES` on a lost
+    /// connection.
+    fn lost_warning(self) -> &'static str {
+        match self {
+            Self::Socket => "socket.send() raised exception.",
+            Self::ReadPipe | Self::WritePipe => {
+                "pipe closed by peer or os.write(pipe, data) raised exception."
+            }
+        }
+    }
+
+    /// Whether an exception from `data_received` goes to `_fatal_error` (sockets) or leaves the
+    /// callback for the loop's exception handler (pipes: asyncio's `_read_ready` does not catch
+    /// it).
+    fn protocol_errors_are_fatal(self) -> bool {
+        self == Self::Socket
+    }
+
+    /// Whether `write()` after `close()` is dropped and counted like a write to a lost
+    /// connection (pipes); a socket still queues it until the close finishes.
+    fn drops_writes_when_closing(self) -> bool {
+        self.is_pipe()
+    }
+
+    /// Whether a failed write counts in `_conn_lost` before `_fatal_error` (pipes: their
+    /// `_close` does not count it, a socket's `_force_close` does).
+    fn counts_write_errors(self) -> bool {
+        self.is_pipe()
+    }
+
+    /// Whether the protocol may resume writing after a flush that leaves bytes queued
+    /// (sockets); asyncio's pipe resumes it only when the queue is empty.
+    fn resumes_before_drained(self) -> bool {
+        self == Self::Socket
+    }
+}
+
+impl CoreState {
+    /// The fd may be closed already: a socket counted the close, or a pipe's transport let go
+    /// of the core (see the module invariants). No syscall on the fd once this holds.
+    fn gone(&self) -> bool {
+        self.conn_lost > 0 || self.transport.is_none()
+    }
+}
+
 #[pyclass(module = "ferroloop._native", name = "StreamCore", frozen)]
 pub struct StreamCore {
     loop_: Py<LoopCore>,
     fd: RawFd,
+    kind: Kind,
     state: LoopCell<CoreState>,
 }
 
@@ -179,23 +302,37 @@ impl StreamCore {
         ))
     }
 
-    /// The core of `transport`, a stream transport on `loop` for socket `fd`.
+    /// The core of `transport`, a stream transport on `loop` for socket `fd`, or a pipe
+    /// transport for `fd` that reads (`pipe="read"`) or writes (`pipe="write"`).
     #[staticmethod]
+    #[pyo3(signature = (r#loop, transport, fd, *, pipe = None))]
     fn _attach(
         r#loop: &Bound<'_, LoopCore>,
         transport: &Bound<'_, PyAny>,
         fd: RawFd,
+        pipe: Option<&str>,
     ) -> PyResult<Py<Self>> {
+        let kind = match pipe {
+            None => Kind::Socket,
+            Some("read") => Kind::ReadPipe,
+            Some("write") => Kind::WritePipe,
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "pipe must be 'read' or 'write', not {other:?}"
+                )))
+            }
+        };
         Py::new(
             r#loop.py(),
             Self {
                 loop_: r#loop.clone().unbind(),
                 fd,
+                kind,
                 state: LoopCell::new(CoreState {
                     protocol: None,
                     buffered: false,
                     transport: Some(transport.clone().unbind()),
-                    out: OutQueue::new(),
+                    out: OutQueue::with_call(kind.write_call()),
                     conn_lost: 0,
                     eof: false,
                     closing: false,
@@ -216,6 +353,14 @@ impl StreamCore {
         } else {
             Self::on_readable(slf)
         }
+    }
+
+    /// A pipe core's name in the loop's messages, as asyncio's callback (see `Kind`).
+    #[getter(__qualname__)]
+    fn qualname(&self) -> PyResult<&'static str> {
+        self.kind
+            .callback_name()
+            .ok_or_else(|| PyAttributeError::new_err("__qualname__"))
     }
 
     /// `set_protocol`: `buffered` says whether reads go through `get_buffer`/`buffer_updated`.

@@ -1,9 +1,10 @@
-//! The write side: `write()` tries one `sendmsg` at once when nothing is queued, queues the rest
-//! and registers the writer; the writer flushes the queue with vectored `sendmsg`. Flow control
-//! (`pause_writing`/`resume_writing`) and finishing a close or `write_eof` follow asyncio's
-//! `_SelectorSocketTransport.write`/`_write_ready` step by step.
+//! The write side: `write()` tries one vectored write (`sendmsg`, or `writev` on a pipe) at once
+//! when nothing is queued, queues the rest and registers the writer; the writer flushes the
+//! queue. Flow control (`pause_writing`/`resume_writing`) and finishing a close or `write_eof`
+//! follow asyncio's `_SelectorSocketTransport.write`/`_write_ready` step by step, and
+//! `_UnixWritePipeTransport.write`/`_write_ready` where a pipe differs (see `Kind`).
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyAssertionError, PyRuntimeError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -22,7 +23,7 @@ pub(super) const LOG_THRESHOLD_FOR_CONNLOST_WRITES: u64 = 5;
 static ASYNCIO_LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// asyncio's warning for writes to a lost connection (past `LOG_THRESHOLD_FOR_CONNLOST_WRITES`).
-pub(super) fn warn_write_after_lost(py: Python<'_>) -> PyResult<()> {
+pub(super) fn warn_write_after_lost(py: Python<'_>, message: &str) -> PyResult<()> {
     let logger = ASYNCIO_LOGGER.get_or_try_init(py, || {
         py.import("asyncio.log")?
             .getattr("logger")
@@ -30,7 +31,7 @@ pub(super) fn warn_write_after_lost(py: Python<'_>) -> PyResult<()> {
     })?;
     logger
         .bind(py)
-        .call_method1(intern!(py, "warning"), ("socket.send() raised exception.",))
+        .call_method1(intern!(py, "warning"), (message,))
         .map(drop)
 }
 
@@ -100,11 +101,19 @@ impl<'a, 'py> Data<'a, 'py> {
 }
 
 impl StreamCore {
-    /// asyncio's `_SelectorSocketTransport.write`.
+    /// asyncio's `_SelectorSocketTransport.write`, or `_UnixWritePipeTransport.write`.
     pub(super) fn write_impl(slf: &Bound<'_, Self>, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let data = Data::new(data)?;
+        let kind = this.kind;
+        let data = match Data::new(data) {
+            Ok(data) => data,
+            // asyncio's pipe asserts the type: `assert isinstance(data, (bytes, ...)), repr(data)`.
+            Err(_) if kind.is_pipe() => {
+                return Err(PyAssertionError::new_err(data.repr()?.unbind()));
+            }
+            Err(e) => return Err(e),
+        };
         let outcome = {
             let mut st = this.state.borrow(py)?;
             if st.eof {
@@ -124,7 +133,7 @@ impl StreamCore {
             };
             if bytes.is_empty() && unexported != Some(false) {
                 WriteOutcome::Done
-            } else if st.conn_lost > 0 {
+            } else if st.conn_lost > 0 || (st.closing && kind.drops_writes_when_closing()) {
                 let warn = st.conn_lost >= LOG_THRESHOLD_FOR_CONNLOST_WRITES;
                 st.conn_lost += 1;
                 WriteOutcome::Dropped { warn }
@@ -139,7 +148,8 @@ impl StreamCore {
                         "can't set bytearray slice from memoryview",
                     ));
                 }
-                return this.fatal(py, err, "Fatal write error on socket transport");
+                this.count_write_error(py)?;
+                return this.fatal(py, err, kind.write_error());
             } else if st.out.is_empty() {
                 // Nothing queued: try to send now.
                 match st.out.flush_with(this.fd, bytes) {
@@ -166,15 +176,14 @@ impl StreamCore {
             WriteOutcome::Done => Ok(()),
             WriteOutcome::Dropped { warn } => {
                 if warn {
-                    warn_write_after_lost(py)?;
+                    warn_write_after_lost(py, kind.lost_warning())?;
                 }
                 Ok(())
             }
-            WriteOutcome::Failed(e) => this.fatal(
-                py,
-                os_error(py, &e),
-                "Fatal write error on socket transport",
-            ),
+            WriteOutcome::Failed(e) => {
+                this.count_write_error(py)?;
+                this.fatal(py, os_error(py, &e), kind.write_error())
+            }
             WriteOutcome::Queued { register, pause } => {
                 if register {
                     Self::set_writer(slf, true)?;
@@ -187,6 +196,14 @@ impl StreamCore {
         }
     }
 
+    /// A pipe's `self._conn_lost += 1` before `_fatal_error` on a failed write.
+    fn count_write_error(&self, py: Python<'_>) -> PyResult<()> {
+        if self.kind.counts_write_errors() {
+            self.state.borrow(py)?.conn_lost += 1;
+        }
+        Ok(())
+    }
+
     /// Registers (`on`) or removes the core as the fd's writer.
     fn set_writer(slf: &Bound<'_, Self>, on: bool) -> PyResult<()> {
         let py = slf.py();
@@ -194,17 +211,20 @@ impl StreamCore {
         LoopCore::set_native_callback(this.loop_.bind(py), this.fd, slf.as_any(), true, on)
     }
 
-    /// The socket is writable: asyncio's `_write_ready`.
+    /// The fd is writable: asyncio's `_write_ready`.
     pub(super) fn on_writable(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
+        let kind = this.kind;
         let flushed = {
             let mut st = this.state.borrow(py)?;
-            if st.conn_lost > 0 {
+            if st.gone() {
                 return Ok(());
             }
             match st.out.flush(this.fd) {
-                Ok(_) => Ok(st.protocol_paused && st.out.pending() <= st.low_water.bytes),
+                Ok(_) => Ok(st.protocol_paused
+                    && st.out.pending() <= st.low_water.bytes
+                    && (kind.resumes_before_drained() || st.out.is_empty())),
                 Err(e) => {
                     st.out.clear();
                     Err((e, st.empty_waiter.as_ref().map(|w| w.clone_ref(py))))
@@ -214,10 +234,11 @@ impl StreamCore {
         let resume = match flushed {
             Ok(resume) => resume,
             Err((e, waiter)) => {
+                this.count_write_error(py)?;
                 Self::set_writer(slf, false)?;
                 let err = os_error(py, &e);
                 let exc = err.value(py).clone();
-                this.fatal(py, err, "Fatal write error on socket transport")?;
+                this.fatal(py, err, kind.write_error())?;
                 if let Some(waiter) = waiter {
                     waiter
                         .bind(py)
@@ -249,6 +270,16 @@ impl StreamCore {
                 .call_method1(intern!(py, "set_result"), (py.None(),))?;
         }
         if closing {
+            if kind.is_pipe() {
+                // asyncio's pipe stops watching for the reader's close first.
+                LoopCore::set_native_callback(
+                    this.loop_.bind(py),
+                    this.fd,
+                    slf.as_any(),
+                    false,
+                    false,
+                )?;
+            }
             this.call_transport(py, intern!(py, "_call_connection_lost"), (py.None(),))?;
         } else if eof {
             // SAFETY: shutdown of the transport's open socket (conn_lost was 0 above and nothing
