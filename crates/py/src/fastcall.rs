@@ -1,6 +1,7 @@
 //! Raw `METH_FASTCALL | METH_KEYWORDS` entry points for `call_soon`, `call_later` and `call_at`,
 //! the loop's hottest methods (every `Future` callback and `Task` step goes through `call_soon`,
-//! usually with `context=`; every sleep, timeout and `wait_for` through the timer methods).
+//! usually with `context=`; every sleep, timeout and `wait_for` through the timer methods), and a
+//! `METH_NOARGS` one for `get_debug`, which the C `Future.__init__` calls for every Future and Task.
 //!
 //! PyO3's generated wrapper costs about 320 instructions per call here (trampoline, generic
 //! argument extraction, the thread-local GIL counter); these entries handle the common shape
@@ -27,7 +28,7 @@ use pyo3::ffi;
 use pyo3::intern;
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyString, PyTuple};
 
 use crate::event_loop::LoopCore;
 
@@ -67,7 +68,17 @@ static CALL_AT: MethodDef = method_def!(
     c"call_at(when, callback, *args, context=None)\n--\n\nCall callback(*args) at loop time when."
 );
 
-/// Puts the fast `call_soon`, `call_later` and `call_at` on `cls` (a subclass of `LoopCore`).
+static GET_DEBUG: MethodDef = MethodDef(ffi::PyMethodDef {
+    ml_name: c"get_debug".as_ptr(),
+    ml_meth: ffi::PyMethodDefPointer {
+        PyCFunction: get_debug_fast,
+    },
+    ml_flags: ffi::METH_NOARGS,
+    ml_doc: c"get_debug()\n--\n\nWhether the loop is in debug mode.".as_ptr(),
+});
+
+/// Puts the fast `call_soon`, `call_later`, `call_at` and `get_debug` on `cls` (a subclass of
+/// `LoopCore`).
 #[pyfunction]
 pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
     let py = cls.py();
@@ -76,6 +87,7 @@ pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
         ("call_soon", &CALL_SOON),
         ("call_later", &CALL_LATER),
         ("call_at", &CALL_AT),
+        ("get_debug", &GET_DEBUG),
     ] {
         // SAFETY: we hold the GIL; the type pointer is alive (held by `core`), and CPython only
         // reads the 'static method definition (the `*mut` is an artefact of the C signature).
@@ -156,6 +168,21 @@ macro_rules! fast_entry {
             })
         }
     };
+}
+
+/// `get_debug()`: the same flag as the `LoopCore.get_debug` pymethod, without PyO3's wrapper.
+unsafe extern "C" fn get_debug_fast(
+    slf: *mut ffi::PyObject,
+    _noargs: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls METH_NOARGS functions on a thread that holds the GIL.
+    let py = unsafe { Python::assume_attached() };
+    entry(py, || {
+        // SAFETY: CPython's method descriptor checked that `slf` is a LoopCore instance, borrowed
+        // for the call.
+        let core = unsafe { Bound::from_borrowed_ptr(py, slf).cast_into_unchecked::<LoopCore>() };
+        Ok(PyBool::new(py, core.get().debug()).to_owned().into_ptr())
+    })
 }
 
 fast_entry!(call_soon_fast, Method::Soon);

@@ -621,6 +621,13 @@ impl LoopCore {
         self.flags.closed()
     }
 
+    /// asyncio's `get_debug()`. Native because the C `Future.__init__` (so every Future and
+    /// Task) calls it: inherited from `BaseEventLoop` it ran a Python frame, about 700
+    /// instructions per task under callgrind. `set_debug` stays asyncio's and writes `_debug`.
+    fn get_debug(&self) -> bool {
+        self.flags.debug()
+    }
+
     #[getter(_closed)]
     fn attr_closed(&self) -> bool {
         self.flags.closed()
