@@ -83,6 +83,22 @@ def test_create_task_runs_in_given_context(loop):
     assert request_id.get() == "unset"
 
 
+def test_create_task_argument_forms_match_asyncio(loop):
+    # ferroloop has a fast entry for create_task(coro); every other form takes the full path.
+    async def noop():
+        return "done"
+
+    assert loop.run_until_complete(loop.create_task(coro=noop())) == "done"
+    with pytest.raises(TypeError):
+        loop.create_task()
+    coro = noop()
+    with pytest.raises(TypeError):
+        loop.create_task(coro, bogus=1)
+    with pytest.raises(TypeError):
+        loop.create_task(coro, "positional name")
+    coro.close()
+
+
 def test_create_task_rejects_non_coroutine(loop):
     with pytest.raises(TypeError):
         loop.create_task(42)

@@ -69,6 +69,12 @@ static CALL_AT: MethodDef = method_def!(
     c"call_at(when, callback, *args, context=None)\n--\n\nCall callback(*args) at loop time when."
 );
 
+static CREATE_TASK: MethodDef = method_def!(
+    c"create_task",
+    create_task_fast,
+    c"create_task(coro, *, name=None, context=None)\n--\n\nSchedule a coroutine object as a Task."
+);
+
 static GET_DEBUG: MethodDef = MethodDef(ffi::PyMethodDef {
     ml_name: c"get_debug".as_ptr(),
     ml_meth: ffi::PyMethodDefPointer {
@@ -78,8 +84,8 @@ static GET_DEBUG: MethodDef = MethodDef(ffi::PyMethodDef {
     ml_doc: c"get_debug()\n--\n\nWhether the loop is in debug mode.".as_ptr(),
 });
 
-/// Puts the fast `call_soon`, `call_later`, `call_at` and `get_debug` on `cls` (a subclass of
-/// `LoopCore`).
+/// Puts the fast `call_soon`, `call_later`, `call_at`, `create_task` and `get_debug` on `cls` (a
+/// subclass of `LoopCore`).
 #[pyfunction]
 pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
     let py = cls.py();
@@ -88,6 +94,7 @@ pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
         ("call_soon", &CALL_SOON),
         ("call_later", &CALL_LATER),
         ("call_at", &CALL_AT),
+        ("create_task", &CREATE_TASK),
         ("get_debug", &GET_DEBUG),
     ] {
         // SAFETY: we hold the GIL; the type pointer is alive (held by `core`), and CPython only
@@ -186,6 +193,54 @@ unsafe extern "C" fn get_debug_fast(
     })
 }
 
+/// `create_task(coro)`: the common shape (what `ensure_future`, `gather` and `TaskGroup` pass)
+/// goes straight to `LoopCore::create_task`; any other is forwarded to the PyO3 method.
+unsafe extern "C" fn create_task_fast(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargsf: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls METH_FASTCALL functions on a thread that holds the GIL.
+    let py = unsafe { Python::assume_attached() };
+    entry(py, || {
+        // SAFETY: `nargsf` comes from CPython's vectorcall protocol.
+        let nargs = unsafe { ffi::PyVectorcall_NARGS(nargsf as usize) } as usize;
+        // SAFETY: CPython's method descriptor checked that `slf` is a LoopCore instance.
+        let lp = unsafe { Bound::from_borrowed_ptr(py, slf).cast_into_unchecked::<LoopCore>() };
+        if nargs == 1 && kwnames.is_null() {
+            // SAFETY: one positional argument, a live object borrowed for this call.
+            let coro = unsafe { Bound::from_borrowed_ptr(py, *args) };
+            return Ok(LoopCore::create_task(&lp, &coro, None, None)?.into_ptr());
+        }
+        let kwnames = if kwnames.is_null() {
+            None
+        } else {
+            // SAFETY: a non-NULL `kwnames` is a borrowed tuple of str.
+            Some(unsafe { Bound::from_borrowed_ptr(py, kwnames).cast_into_unchecked::<PyTuple>() })
+        };
+        let nkw = kwnames.as_ref().map_or(0, PyTupleMethods::len);
+        let raw: &[*mut ffi::PyObject] = if nargs + nkw == 0 {
+            &[]
+        } else {
+            // SAFETY: CPython passes `nargs + nkw` valid, borrowed pointers at `args`.
+            unsafe { std::slice::from_raw_parts(args, nargs + nkw) }
+        };
+        // SAFETY: every pointer in `raw` is a live object borrowed for this call.
+        let all: Vec<_> = raw
+            .iter()
+            .map(|&p| unsafe { Bound::from_borrowed_ptr(py, p) })
+            .collect();
+        slow_path(
+            &lp,
+            "create_task",
+            &all[..nargs],
+            kwnames.as_ref(),
+            &all[nargs..],
+        )
+    })
+}
+
 fast_entry!(call_soon_fast, Method::Soon);
 fast_entry!(call_later_fast, Method::Later);
 fast_entry!(call_at_fast, Method::At);
@@ -236,7 +291,13 @@ unsafe fn dispatch(
     if nargs < fixed || !context_only {
         let positional: Vec<_> = (0..nargs).map(arg).collect();
         let kwvalues: Vec<_> = (nargs..nargs + nkw).map(arg).collect();
-        return slow_path(&core, method, &positional, kwnames.as_ref(), &kwvalues);
+        return slow_path(
+            &core,
+            method.name(),
+            &positional,
+            kwnames.as_ref(),
+            &kwvalues,
+        );
     }
     let context = (nkw == 1).then(|| arg(nargs));
     let rest = if nargs == fixed {
@@ -281,7 +342,7 @@ fn is_context_name(name: &Bound<'_, PyAny>) -> bool {
 /// arguments) goes to the PyO3 method on `LoopCore`, which has the exact signature and errors.
 fn slow_path(
     core: &Bound<'_, LoopCore>,
-    method: Method,
+    method: &str,
     positional: &[Bound<'_, PyAny>],
     kwnames: Option<&Bound<'_, PyTuple>>,
     kwvalues: &[Bound<'_, PyAny>],
@@ -295,7 +356,7 @@ fn slow_path(
     }
     let mut all = vec![core.clone().into_any()];
     all.extend(positional.iter().cloned());
-    let unbound = py.get_type::<LoopCore>().getattr(method.name())?;
+    let unbound = py.get_type::<LoopCore>().getattr(method)?;
     Ok(unbound
         .call(PyTuple::new(py, all)?, Some(&kwargs))?
         .into_ptr())
