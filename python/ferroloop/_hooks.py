@@ -49,3 +49,41 @@ def log_server_error(message: str, exc: BaseException | None) -> None:
         logger.error(message)
     else:
         logger.error(message, exc_info=(type(exc), exc, exc.__traceback__))
+
+
+def _task_step_type() -> type | None:
+    """The type of the callable a C ``Task`` hands to ``loop.call_soon`` for each step.
+
+    CPython's ``_asyncio`` creates a ``TaskStepMethWrapper`` per step, passes it to
+    ``call_soon(step, context=...)`` and drops the returned handle at once; nothing else can get
+    one. Found once by letting a Task schedule its first step on a probe loop. ``None`` when
+    asyncio's Task is not the C one (the Python Task's step is a bound method, which must not
+    be special-cased).
+    """
+    import asyncio
+
+    captured: list[Any] = []
+
+    class _Probe:
+        def get_debug(self) -> bool:
+            return False
+
+        def call_soon(self, callback: Any, *args: Any, context: Any = None) -> None:
+            captured.append(callback)
+
+    async def _nothing() -> None:
+        pass
+
+    coro = _nothing()
+    try:
+        task = asyncio.Task(coro, loop=_Probe())  # type: ignore[arg-type]
+        task._log_destroy_pending = False  # type: ignore[attr-defined]
+    finally:
+        coro.close()
+    step_type = type(captured[0]) if captured else None
+    if step_type is None or step_type.__name__ != "TaskStepMethWrapper":
+        return None
+    return step_type
+
+
+TASK_STEP_TYPE = _task_step_type()

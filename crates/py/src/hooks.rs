@@ -56,6 +56,20 @@ pub fn base_create_task(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     )
 }
 
+static TASK_STEP_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Whether `callback` is a C Task's step (`ferroloop._hooks.TASK_STEP_TYPE`; `None` there, so
+/// never, when asyncio's Task is not the C one).
+pub fn is_task_step(callback: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let ty = cached(
+        callback.py(),
+        &TASK_STEP_TYPE,
+        "ferroloop._hooks",
+        &["TASK_STEP_TYPE"],
+    )?;
+    Ok(std::ptr::eq(callback.get_type_ptr().cast(), ty.as_ptr()))
+}
+
 static SOCKET_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static SOCKET_OPS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 

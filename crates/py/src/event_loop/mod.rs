@@ -36,7 +36,7 @@ mod iteration;
 use fds::{fileobj_to_fd, FdEntry};
 
 use crate::cell::LoopCell;
-use crate::handle::{Handle, TimerHandle, NOT_SCHEDULED};
+use crate::handle::{Handle, Ready, TimerHandle, NOT_SCHEDULED};
 use crate::sock_ops::{Kind, SocketOperation};
 use pyo3::buffer::PyUntypedBuffer;
 
@@ -80,7 +80,7 @@ impl LoopRemote {
 
 #[derive(Default)]
 struct State {
-    ready: ReadyQueue<Py<Handle>>,
+    ready: ReadyQueue<Ready>,
     timers: Timers<Py<TimerHandle>>,
     fds: HashMap<RawFd, FdEntry>,
     thread_id: Option<u64>,
@@ -275,13 +275,31 @@ impl LoopCore {
         if debug {
             Self::check_thread(this.state.borrow(py)?.thread_id)?;
         }
+        // A C Task's step (`call_soon(step, context=...)` from `_asyncio`, which drops the result
+        // unread) is queued without a Handle: two fewer objects allocated, traversed by the
+        // collector and freed per task. Not in debug mode, where handles carry tracebacks.
+        if !debug && args.is_empty() {
+            if let Some(ctx) = context.as_ref().filter(|c| !c.is_none()) {
+                if crate::hooks::is_task_step(callback)? {
+                    this.drain_injector(py)?;
+                    this.state.borrow(py)?.ready.push(Ready::Step {
+                        step: callback.clone().unbind(),
+                        context: ctx.clone().unbind(),
+                    });
+                    return crate::handle::detached(py);
+                }
+            }
+        }
         let handle = Py::new(
             py,
             Self::make_handle(slf, "call_soon", callback, args, context, debug)?,
         )?;
         // Handles other threads queued earlier go first: asyncio has one FIFO for both.
         this.drain_injector(py)?;
-        this.state.borrow(py)?.ready.push(handle.clone_ref(py));
+        this.state
+            .borrow(py)?
+            .ready
+            .push(handle.clone_ref(py).into());
         Ok(handle)
     }
 
@@ -391,7 +409,10 @@ impl LoopCore {
             // On the loop's own thread (or a loop nobody runs) nothing can be asleep in epoll:
             // queue directly, after anything injected earlier, so FIFO holds as in asyncio.
             this.drain_injector(py)?;
-            this.state.borrow(py)?.ready.push(handle.clone_ref(py));
+            this.state
+                .borrow(py)?
+                .ready
+                .push(handle.clone_ref(py).into());
         } else {
             let _ = this
                 .shared
@@ -755,8 +776,8 @@ impl LoopCore {
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         if let Some(st) = self.state.try_borrow_for_gc() {
-            for h in st.ready.iter() {
-                visit.call(h)?;
+            for entry in st.ready.iter() {
+                entry.visit(&visit)?;
             }
             for t in st.timers.iter() {
                 visit.call(t)?;
