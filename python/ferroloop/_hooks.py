@@ -58,10 +58,14 @@ def _task_step_type() -> type | None:
     ``call_soon(step, context=...)`` and drops the returned handle at once; nothing else can get
     one. Found once by letting a Task schedule its first step on a probe loop. ``None`` when
     asyncio's Task is not the C one (the Python Task's step is a bound method, which must not
-    be special-cased).
+    be special-cased). Asks for ``asyncio.tasks._CTask`` by name, so a test that swapped
+    ``asyncio.Task`` for the Python one when this first runs cannot switch the shortcut off.
     """
-    import asyncio
+    from asyncio import tasks
 
+    c_task = getattr(tasks, "_CTask", None)
+    if c_task is None:
+        return None
     captured: list[Any] = []
 
     class _Probe:
@@ -76,8 +80,8 @@ def _task_step_type() -> type | None:
 
     coro = _nothing()
     try:
-        task = asyncio.Task(coro, loop=_Probe())  # type: ignore[arg-type]
-        task._log_destroy_pending = False  # type: ignore[attr-defined]
+        task = c_task(coro, loop=_Probe())
+        task._log_destroy_pending = False
     finally:
         coro.close()
     step_type = type(captured[0]) if captured else None
