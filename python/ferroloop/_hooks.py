@@ -61,11 +61,32 @@ def _task_step_type() -> type | None:
     be special-cased). Asks for ``asyncio.tasks._CTask`` by name, so a test that swapped
     ``asyncio.Task`` for the Python one when this first runs cannot switch the shortcut off.
     """
-    from asyncio import tasks
+    step, _ = _probe_c_task(await_future=False)
+    return type(step) if type(step).__name__ == "TaskStepMethWrapper" else None
+
+
+def task_wakeup_probe() -> Any:
+    """A C Task's wake-up callback (``task_wakeup`` bound to a finished probe task), or ``None``.
+
+    When a C Task awaits a Future, ``_asyncio`` adds ``task_wakeup`` (a built-in function bound to
+    the task) as the Future's done callback; the Future schedules it with
+    ``call_soon(wakeup, future, context=...)`` and drops the handle. The native loop keeps only the
+    function's method definition (which ``_asyncio`` holds statically) and drops this object.
+    """
+    step, wakeup = _probe_c_task(await_future=True)
+    if step is None or getattr(wakeup, "__name__", None) != "task_wakeup":
+        return None
+    return wakeup
+
+
+def _probe_c_task(*, await_future: bool) -> tuple[Any, Any]:
+    """Runs a C Task's first step on a probe loop: (its step callable, the wake-up it added)."""
+    from asyncio import futures, tasks
 
     c_task = getattr(tasks, "_CTask", None)
-    if c_task is None:
-        return None
+    c_future = getattr(futures, "_CFuture", None)
+    if c_task is None or c_future is None:
+        return None, None
     captured: list[Any] = []
 
     class _Probe:
@@ -75,19 +96,26 @@ def _task_step_type() -> type | None:
         def call_soon(self, callback: Any, *args: Any, context: Any = None) -> None:
             captured.append(callback)
 
-    async def _nothing() -> None:
-        pass
+    probe = _Probe()
+    future = c_future(loop=probe)
 
-    coro = _nothing()
+    async def _wait() -> None:
+        if await_future:
+            await future
+
+    coro = _wait()
     try:
-        task = c_task(coro, loop=_Probe())
+        task = c_task(coro, loop=probe)
         task._log_destroy_pending = False
+        if await_future and captured:
+            captured[0]()
     finally:
         coro.close()
-    step_type = type(captured[0]) if captured else None
-    if step_type is None or step_type.__name__ != "TaskStepMethWrapper":
-        return None
-    return step_type
+    step = captured[0] if captured else None
+    wakeup = future._callbacks[0][0] if future._callbacks else None
+    if wakeup is not None:
+        future.remove_done_callback(wakeup)
+    return step, wakeup
 
 
 TASK_STEP_TYPE = _task_step_type()

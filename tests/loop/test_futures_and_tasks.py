@@ -115,6 +115,30 @@ def test_task_steps_keep_their_place_among_callbacks(loop):
     assert order == ["callback 1", "step 1", "callback 2", "step 2"]
 
 
+def test_task_wakeups_keep_their_place_and_the_task_context(loop):
+    # ferroloop queues a C Task's wake-up (after an awaited future) without a Handle too.
+    order = []
+
+    async def main():
+        fut = loop.create_future()
+
+        async def waiter():
+            request_id.set("set-in-task")
+            await fut
+            order.append(("woken", request_id.get()))
+
+        task = loop.create_task(waiter())
+        await asyncio.sleep(0)  # the task now waits on fut
+        loop.call_soon(order.append, "before")
+        fut.set_result(None)  # schedules the wake-up
+        loop.call_soon(order.append, "after")
+        await task
+
+    loop.run_until_complete(main())
+    assert order == ["before", ("woken", "set-in-task"), "after"]
+    assert request_id.get() == "unset"
+
+
 def test_keyboard_interrupt_in_a_task_step_leaves_the_loop_and_keeps_the_queue(loop):
     order = []
 

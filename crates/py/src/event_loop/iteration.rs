@@ -134,9 +134,12 @@ impl LoopCore {
                     }
                 }
                 // Queued before debug mode was switched on, if at all: run as they are.
-                Ready::Step { step, context } => {
-                    Ready::run_step(slf.as_any(), step.bind(py), context.bind(py))
-                }
+                Ready::Step { step, arg, context } => Ready::run_step(
+                    slf.as_any(),
+                    step.bind(py),
+                    arg.as_ref().map(|a| a.bind(py)),
+                    context.bind(py),
+                ),
             };
             if let Err(e) = result {
                 // KeyboardInterrupt/SystemExit: the rest stays queued, in order, for the next run.

@@ -275,15 +275,24 @@ impl LoopCore {
         if debug {
             Self::check_thread(this.state.borrow(py)?.thread_id)?;
         }
-        // A C Task's step (`call_soon(step, context=...)` from `_asyncio`, which drops the result
-        // unread) is queued without a Handle: two fewer objects allocated, traversed by the
-        // collector and freed per task. Not in debug mode, where handles carry tracebacks.
-        if !debug && args.is_empty() {
+        // A C Task's step (`call_soon(step, context=...)`) or wake-up (`call_soon(wakeup, future,
+        // context=...)`), which `_asyncio` schedules and whose handle it drops unread, is queued
+        // without a Handle: fewer objects allocated, traversed by the collector and freed per
+        // task. Not in debug mode, where handles carry tracebacks and slow-callback reports.
+        if !debug {
             if let Some(ctx) = context.as_ref().filter(|c| !c.is_none()) {
-                if crate::hooks::is_task_step(callback)? {
+                let arg = match args.len() {
+                    0 if crate::hooks::is_task_step(callback)? => Some(None),
+                    1 if crate::hooks::is_task_wakeup(callback)? => {
+                        Some(Some(args.get_item(0)?.unbind()))
+                    }
+                    _ => None,
+                };
+                if let Some(arg) = arg {
                     this.drain_injector(py)?;
                     this.state.borrow(py)?.ready.push(Ready::Step {
                         step: callback.clone().unbind(),
+                        arg,
                         context: ctx.clone().unbind(),
                     });
                     return crate::handle::detached(py);
