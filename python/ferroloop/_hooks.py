@@ -118,4 +118,7 @@ def _probe_c_task(*, await_future: bool) -> tuple[Any, Any]:
     return step, wakeup
 
 
-TASK_STEP_TYPE = _task_step_type()
+try:
+    TASK_STEP_TYPE = _task_step_type()
+except Exception:  # an optimisation only: without it every step simply gets a Handle
+    TASK_STEP_TYPE = None

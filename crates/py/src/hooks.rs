@@ -59,32 +59,34 @@ pub fn base_create_task(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 
 static TASK_STEP_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
-/// Whether `callback` is a C Task's step (`ferroloop._hooks.TASK_STEP_TYPE`; `None` there, so
-/// never, when asyncio's Task is not the C one).
-pub fn is_task_step(callback: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let ty = cached(
-        callback.py(),
-        &TASK_STEP_TYPE,
-        "ferroloop._hooks",
-        &["TASK_STEP_TYPE"],
-    )?;
-    Ok(std::ptr::eq(callback.get_type_ptr().cast(), ty.as_ptr()))
+/// Whether `callback` is a C Task's step (`ferroloop._hooks.TASK_STEP_TYPE`). Never when that
+/// is `None` (asyncio's Task is not the C one) or could not be found (an import failing during
+/// interpreter shutdown, say): the shortcut is then simply not taken.
+pub fn is_task_step(callback: &Bound<'_, PyAny>) -> bool {
+    let py = callback.py();
+    let ty = TASK_STEP_TYPE.get_or_init(py, || {
+        py.import("ferroloop._hooks")
+            .and_then(|m| m.getattr("TASK_STEP_TYPE"))
+            .map_or_else(|_| py.None(), Bound::unbind)
+    });
+    std::ptr::eq(callback.get_type_ptr().cast(), ty.as_ptr())
 }
 
 static TASK_WAKEUP_DEF: PyOnceLock<usize> = PyOnceLock::new();
 
 /// Whether `callback` is a C Task's wake-up: a built-in function made from `_asyncio`'s static
 /// `task_wakeup` method definition, found once from `ferroloop._hooks.task_wakeup_probe()` (whose
-/// object is then dropped; with no definition found, never).
-pub fn is_task_wakeup(callback: &Bound<'_, PyAny>) -> PyResult<bool> {
+/// object is then dropped). Never if none was found, as for `is_task_step`.
+pub fn is_task_wakeup(callback: &Bound<'_, PyAny>) -> bool {
     let py = callback.py();
-    let def = *TASK_WAKEUP_DEF.get_or_try_init(py, || -> PyResult<usize> {
-        let wakeup = py
-            .import("ferroloop._hooks")?
-            .call_method0("task_wakeup_probe")?;
-        Ok(method_def_of(&wakeup).unwrap_or(0))
-    })?;
-    Ok(def != 0 && method_def_of(callback) == Some(def))
+    let def = *TASK_WAKEUP_DEF.get_or_init(py, || {
+        py.import("ferroloop._hooks")
+            .and_then(|m| m.call_method0("task_wakeup_probe"))
+            .ok()
+            .and_then(|wakeup| method_def_of(&wakeup))
+            .unwrap_or(0)
+    });
+    def != 0 && method_def_of(callback) == Some(def)
 }
 
 /// The address of the `PyMethodDef` behind an exact built-in function object.

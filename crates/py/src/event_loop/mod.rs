@@ -282,8 +282,8 @@ impl LoopCore {
         if !debug {
             if let Some(ctx) = context.as_ref().filter(|c| !c.is_none()) {
                 let arg = match args.len() {
-                    0 if crate::hooks::is_task_step(callback)? => Some(None),
-                    1 if crate::hooks::is_task_wakeup(callback)? => {
+                    0 if crate::hooks::is_task_step(callback) => Some(None),
+                    1 if crate::hooks::is_task_wakeup(callback) => {
                         Some(Some(args.get_item(0)?.unbind()))
                     }
                     _ => None,
