@@ -30,6 +30,29 @@ def test_set_debug_round_trips(loop):
     assert loop.get_debug() is False
 
 
+def test_futures_ask_get_debug_whether_to_record_a_traceback(loop):
+    # The C Future's __init__ calls loop.get_debug() (native on ferroloop).
+    assert loop.create_future()._source_traceback is None
+    loop.set_debug(True)
+    assert loop.create_future()._source_traceback
+
+
+def test_get_debug_overridden_by_a_subclass_is_the_one_futures_ask(loop_factory):
+    probe = loop_factory()
+    cls = type(probe)
+    probe.close()
+
+    class AlwaysDebug(cls):  # type: ignore[misc, valid-type]
+        def get_debug(self) -> bool:
+            return True
+
+    sub = AlwaysDebug()
+    try:
+        assert sub.create_future()._source_traceback
+    finally:
+        sub.close()
+
+
 def test_slow_callback_duration_defaults_to_a_tenth_of_a_second(loop):
     assert loop.slow_callback_duration == 0.1
 

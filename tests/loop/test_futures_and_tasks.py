@@ -83,6 +83,80 @@ def test_create_task_runs_in_given_context(loop):
     assert request_id.get() == "unset"
 
 
+def test_create_task_argument_forms_match_asyncio(loop):
+    # ferroloop has a fast entry for create_task(coro); every other form takes the full path.
+    async def noop():
+        return "done"
+
+    assert loop.run_until_complete(loop.create_task(coro=noop())) == "done"
+    with pytest.raises(TypeError):
+        loop.create_task()
+    coro = noop()
+    with pytest.raises(TypeError):
+        loop.create_task(coro, bogus=1)
+    with pytest.raises(TypeError):
+        loop.create_task(coro, "positional name")
+    coro.close()
+
+
+def test_task_steps_keep_their_place_among_callbacks(loop):
+    # ferroloop queues a C Task's steps without a Handle; the FIFO order must not change.
+    order = []
+
+    async def body():
+        order.append("step 1")
+        await asyncio.sleep(0)
+        order.append("step 2")
+
+    loop.call_soon(order.append, "callback 1")
+    task = loop.create_task(body())
+    loop.call_soon(order.append, "callback 2")
+    loop.run_until_complete(task)
+    assert order == ["callback 1", "step 1", "callback 2", "step 2"]
+
+
+def test_task_wakeups_keep_their_place_and_the_task_context(loop):
+    # ferroloop queues a C Task's wake-up (after an awaited future) without a Handle too.
+    order = []
+
+    async def main():
+        fut = loop.create_future()
+
+        async def waiter():
+            request_id.set("set-in-task")
+            await fut
+            order.append(("woken", request_id.get()))
+
+        task = loop.create_task(waiter())
+        await asyncio.sleep(0)  # the task now waits on fut
+        loop.call_soon(order.append, "before")
+        fut.set_result(None)  # schedules the wake-up
+        loop.call_soon(order.append, "after")
+        await task
+
+    loop.run_until_complete(main())
+    assert order == ["before", ("woken", "set-in-task"), "after"]
+    assert request_id.get() == "unset"
+
+
+def test_keyboard_interrupt_in_a_task_step_leaves_the_loop_and_keeps_the_queue(loop):
+    order = []
+
+    async def interrupt():
+        raise KeyboardInterrupt
+
+    task = loop.create_task(interrupt())
+    loop.call_soon(order.append, "queued after the step")
+    with pytest.raises(KeyboardInterrupt):
+        loop.run_forever()
+    assert order == []
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert order == ["queued after the step"]
+    with pytest.raises(KeyboardInterrupt):
+        task.result()
+
+
 def test_create_task_rejects_non_coroutine(loop):
     with pytest.raises(TypeError):
         loop.create_task(42)

@@ -1,6 +1,7 @@
 //! Raw `METH_FASTCALL | METH_KEYWORDS` entry points for `call_soon`, `call_later` and `call_at`,
 //! the loop's hottest methods (every `Future` callback and `Task` step goes through `call_soon`,
-//! usually with `context=`; every sleep, timeout and `wait_for` through the timer methods).
+//! usually with `context=`; every sleep, timeout and `wait_for` through the timer methods), and a
+//! `METH_NOARGS` one for `get_debug`, which the C `Future.__init__` calls for every Future and Task.
 //!
 //! PyO3's generated wrapper costs about 320 instructions per call here (trampoline, generic
 //! argument extraction, the thread-local GIL counter); these entries handle the common shape
@@ -27,7 +28,8 @@ use pyo3::ffi;
 use pyo3::intern;
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyString, PyTuple};
 
 use crate::event_loop::LoopCore;
 
@@ -67,7 +69,23 @@ static CALL_AT: MethodDef = method_def!(
     c"call_at(when, callback, *args, context=None)\n--\n\nCall callback(*args) at loop time when."
 );
 
-/// Puts the fast `call_soon`, `call_later` and `call_at` on `cls` (a subclass of `LoopCore`).
+static CREATE_TASK: MethodDef = method_def!(
+    c"create_task",
+    create_task_fast,
+    c"create_task(coro, *, name=None, context=None)\n--\n\nSchedule a coroutine object as a Task."
+);
+
+static GET_DEBUG: MethodDef = MethodDef(ffi::PyMethodDef {
+    ml_name: c"get_debug".as_ptr(),
+    ml_meth: ffi::PyMethodDefPointer {
+        PyCFunction: get_debug_fast,
+    },
+    ml_flags: ffi::METH_NOARGS,
+    ml_doc: c"get_debug()\n--\n\nWhether the loop is in debug mode.".as_ptr(),
+});
+
+/// Puts the fast `call_soon`, `call_later`, `call_at`, `create_task` and `get_debug` on `cls` (a
+/// subclass of `LoopCore`).
 #[pyfunction]
 pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
     let py = cls.py();
@@ -76,6 +94,8 @@ pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
         ("call_soon", &CALL_SOON),
         ("call_later", &CALL_LATER),
         ("call_at", &CALL_AT),
+        ("create_task", &CREATE_TASK),
+        ("get_debug", &GET_DEBUG),
     ] {
         // SAFETY: we hold the GIL; the type pointer is alive (held by `core`), and CPython only
         // reads the 'static method definition (the `*mut` is an artefact of the C signature).
@@ -158,6 +178,69 @@ macro_rules! fast_entry {
     };
 }
 
+/// `get_debug()`: the same flag as the `LoopCore.get_debug` pymethod, without PyO3's wrapper.
+unsafe extern "C" fn get_debug_fast(
+    slf: *mut ffi::PyObject,
+    _noargs: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls METH_NOARGS functions on a thread that holds the GIL.
+    let py = unsafe { Python::assume_attached() };
+    entry(py, || {
+        // SAFETY: CPython's method descriptor checked that `slf` is a LoopCore instance, borrowed
+        // for the call.
+        let core = unsafe { Bound::from_borrowed_ptr(py, slf).cast_into_unchecked::<LoopCore>() };
+        Ok(PyBool::new(py, core.get().debug()).to_owned().into_ptr())
+    })
+}
+
+/// `create_task(coro)`: the common shape (what `ensure_future`, `gather` and `TaskGroup` pass)
+/// goes straight to `LoopCore::create_task`; any other is forwarded to the PyO3 method.
+unsafe extern "C" fn create_task_fast(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargsf: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls METH_FASTCALL functions on a thread that holds the GIL.
+    let py = unsafe { Python::assume_attached() };
+    entry(py, || {
+        // SAFETY: `nargsf` comes from CPython's vectorcall protocol.
+        let nargs = unsafe { ffi::PyVectorcall_NARGS(nargsf as usize) } as usize;
+        // SAFETY: CPython's method descriptor checked that `slf` is a LoopCore instance.
+        let lp = unsafe { Bound::from_borrowed_ptr(py, slf).cast_into_unchecked::<LoopCore>() };
+        if nargs == 1 && kwnames.is_null() {
+            // SAFETY: one positional argument, a live object borrowed for this call.
+            let coro = unsafe { Bound::from_borrowed_ptr(py, *args) };
+            return Ok(LoopCore::create_task(&lp, &coro, None, None)?.into_ptr());
+        }
+        let kwnames = if kwnames.is_null() {
+            None
+        } else {
+            // SAFETY: a non-NULL `kwnames` is a borrowed tuple of str.
+            Some(unsafe { Bound::from_borrowed_ptr(py, kwnames).cast_into_unchecked::<PyTuple>() })
+        };
+        let nkw = kwnames.as_ref().map_or(0, PyTupleMethods::len);
+        let raw: &[*mut ffi::PyObject] = if nargs + nkw == 0 {
+            &[]
+        } else {
+            // SAFETY: CPython passes `nargs + nkw` valid, borrowed pointers at `args`.
+            unsafe { std::slice::from_raw_parts(args, nargs + nkw) }
+        };
+        // SAFETY: every pointer in `raw` is a live object borrowed for this call.
+        let all: Vec<_> = raw
+            .iter()
+            .map(|&p| unsafe { Bound::from_borrowed_ptr(py, p) })
+            .collect();
+        slow_path(
+            &lp,
+            "create_task",
+            &all[..nargs],
+            kwnames.as_ref(),
+            &all[nargs..],
+        )
+    })
+}
+
 fast_entry!(call_soon_fast, Method::Soon);
 fast_entry!(call_later_fast, Method::Later);
 fast_entry!(call_at_fast, Method::At);
@@ -201,20 +284,20 @@ unsafe fn dispatch(
     // The fast shape: every fixed argument positional, at most `context=` by keyword.
     let context_only = match &kwnames {
         None => true,
-        Some(names) if names.len() == 1 => {
-            let name = names.get_item(0)?;
-            name.is(intern!(py, "context"))
-                || name
-                    .cast::<PyString>()
-                    .is_ok_and(|n| n.to_str().is_ok_and(|t| t == "context"))
-        }
+        Some(names) if names.len() == 1 => is_context_name(&names.get_item(0)?),
         Some(_) => false,
     };
     let fixed = method.fixed();
     if nargs < fixed || !context_only {
         let positional: Vec<_> = (0..nargs).map(arg).collect();
         let kwvalues: Vec<_> = (nargs..nargs + nkw).map(arg).collect();
-        return slow_path(&core, method, &positional, kwnames.as_ref(), &kwvalues);
+        return slow_path(
+            &core,
+            method.name(),
+            &positional,
+            kwnames.as_ref(),
+            &kwvalues,
+        );
     }
     let context = (nkw == 1).then(|| arg(nargs));
     let rest = if nargs == fixed {
@@ -233,11 +316,33 @@ unsafe fn dispatch(
     Ok(handle.into_ptr())
 }
 
+/// The `"context"` object CPython's `_asyncio` passes as the keyword name (its static
+/// `_Py_ID(context)`, which 3.11 does not intern, so it is not `intern!`'s object): kept once
+/// seen, so that the usual case is a pointer comparison rather than a UTF-8 conversion and a
+/// string comparison (about 40 instructions per call_soon under callgrind).
+static C_CONTEXT_NAME: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Whether a keyword name is `context`: by identity with the names seen before, else by value.
+fn is_context_name(name: &Bound<'_, PyAny>) -> bool {
+    let py = name.py();
+    if name.is(intern!(py, "context")) || C_CONTEXT_NAME.get(py).is_some_and(|n| name.is(n)) {
+        return true;
+    }
+    let matches = name
+        .cast::<PyString>()
+        .is_ok_and(|n| n.to_str().is_ok_and(|t| t == "context"));
+    if matches {
+        // The first such name is kept (a strong reference, so its address is never reused).
+        let _ = C_CONTEXT_NAME.set(py, name.clone().unbind());
+    }
+    matches
+}
+
 /// Any other call shape (keywords for the fixed arguments, unknown keywords, missing
 /// arguments) goes to the PyO3 method on `LoopCore`, which has the exact signature and errors.
 fn slow_path(
     core: &Bound<'_, LoopCore>,
-    method: Method,
+    method: &str,
     positional: &[Bound<'_, PyAny>],
     kwnames: Option<&Bound<'_, PyTuple>>,
     kwvalues: &[Bound<'_, PyAny>],
@@ -251,7 +356,7 @@ fn slow_path(
     }
     let mut all = vec![core.clone().into_any()];
     all.extend(positional.iter().cloned());
-    let unbound = py.get_type::<LoopCore>().getattr(method.name())?;
+    let unbound = py.get_type::<LoopCore>().getattr(method)?;
     Ok(unbound
         .call(PyTuple::new(py, all)?, Some(&kwargs))?
         .into_ptr())

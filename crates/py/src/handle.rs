@@ -3,7 +3,10 @@
 //!
 //! Invariants:
 //! - Only the loop creates handles (no `__new__`), so `context` is always a `contextvars.Context`
-//!   and `loop_` is always the owning loop.
+//!   and `loop_` is always the owning loop, except for the one `detached()` handle (`None` for
+//!   both), which is created cancelled, so nothing ever reads them.
+//! - The ready queue holds `Ready` entries: handles, and C Task steps and wake-ups that
+//!   `call_soon` queued without a handle (it returns the `detached()` one for them).
 //! - `inner.callback`/`inner.args` are `Some` until `cancel()` (which drops them, as asyncio does,
 //!   to break reference cycles early) or the garbage collector's `__clear__`.
 //! - A `TimerHandle`'s `timer_id` is `u64::MAX` unless it sits in its loop's timer heap; only the
@@ -17,6 +20,7 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 use pyo3::PyTraverseError;
 
@@ -81,24 +85,15 @@ impl Handle {
                 _ => return Ok(()),
             }
         };
-        let ctx = this.context.as_ptr();
-        // SAFETY: we hold the GIL (`py`), and `ctx` is a live object kept alive by `this`.
-        // PyContext_Enter type-checks it and fails cleanly if it is already entered.
-        let result = if unsafe { ffi::PyContext_Enter(ctx) } < 0 {
-            Err(PyErr::fetch(py))
-        } else {
-            let r = if args.is_empty() {
+        let call = || {
+            if args.is_empty() {
                 callback.call0()
             } else {
                 callback.call1(&args)
-            };
-            // SAFETY: we entered `ctx` just above on this thread and still hold the GIL, so it is
-            // the current context and exiting it cannot fail.
-            unsafe { ffi::PyContext_Exit(ctx) };
-            r
+            }
         };
-        match result {
-            Ok(_) => Ok(()),
+        match run_in_context(this.context.bind(py), call) {
+            Ok(()) => Ok(()),
             Err(e) => report_failure(slf.as_any(), &this.loop_, e),
         }
     }
@@ -141,6 +136,116 @@ impl Handle {
         self.clear_call(py, frozen);
         Ok(())
     }
+}
+
+/// `context.run(call)` without a bound method: `PyContext_Enter`, the call, `PyContext_Exit`.
+fn run_in_context<'py>(
+    context: &Bound<'py, PyAny>,
+    call: impl FnOnce() -> PyResult<Bound<'py, PyAny>>,
+) -> PyResult<()> {
+    let py = context.py();
+    let ctx = context.as_ptr();
+    // SAFETY: we hold the GIL (`py`), and `ctx` is a live object kept alive by `context`.
+    // PyContext_Enter type-checks it and fails cleanly if it is already entered.
+    if unsafe { ffi::PyContext_Enter(ctx) } < 0 {
+        return Err(PyErr::fetch(py));
+    }
+    let r = call();
+    // SAFETY: we entered `ctx` just above on this thread and still hold the GIL, so it is the
+    // current context and exiting it cannot fail.
+    unsafe { ffi::PyContext_Exit(ctx) };
+    r.map(drop)
+}
+
+/// An entry of the loop's ready queue.
+pub(crate) enum Ready {
+    /// A `Handle` (or `TimerHandle`): from `call_soon`, a due timer, a ready fd.
+    Handle(Py<Handle>),
+    /// A C Task's step (no argument) or wake-up (the awaited future), queued by `call_soon`
+    /// without a `Handle` object (see `LoopCore::call_soon_impl`): run as
+    /// `context.run(step, *arg)`.
+    Step {
+        step: Py<PyAny>,
+        arg: Option<Py<PyAny>>,
+        context: Py<PyAny>,
+    },
+}
+
+impl From<Py<Handle>> for Ready {
+    fn from(handle: Py<Handle>) -> Self {
+        Self::Handle(handle)
+    }
+}
+
+impl Ready {
+    /// Runs a `Step` entry (a `Handle` entry runs through `Handle::run`); errors as there.
+    pub(crate) fn run_step(
+        loop_: &Bound<'_, PyAny>,
+        step: &Bound<'_, PyAny>,
+        arg: Option<&Bound<'_, PyAny>>,
+        context: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let py = loop_.py();
+        let result = run_in_context(context, || match arg {
+            None => step.call0(),
+            Some(a) => step.call1((a,)),
+        });
+        let Err(e) = result else {
+            return Ok(());
+        };
+        if e.is_instance_of::<PyKeyboardInterrupt>(py) || e.is_instance_of::<PySystemExit>(py) {
+            return Err(e);
+        }
+        // The report names a handle, as for any callback: made now, on this cold path.
+        let args = match arg {
+            None => PyTuple::empty(py),
+            Some(a) => PyTuple::new(py, [a])?,
+        };
+        let handle = Bound::new(
+            py,
+            Handle::new(
+                step.clone().unbind(),
+                args.unbind(),
+                context.clone().unbind(),
+                loop_.clone().unbind(),
+                None,
+            ),
+        )?;
+        report_failure(handle.as_any(), &loop_.clone().unbind(), e)
+    }
+
+    pub(crate) fn visit(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        match self {
+            Self::Handle(h) => visit.call(h),
+            Self::Step { step, arg, context } => {
+                visit.call(step)?;
+                visit.call(arg)?;
+                visit.call(context)
+            }
+        }
+    }
+}
+
+static DETACHED: PyOnceLock<Py<Handle>> = PyOnceLock::new();
+
+/// What `call_soon` returns for a C Task's step or wake-up, which it queues without a handle: one
+/// shared handle, already cancelled and without a callback, so `cancel()` on it does nothing.
+/// `_asyncio` is what passes those to `call_soon`, and it drops the result unread.
+pub(crate) fn detached(py: Python<'_>) -> PyResult<Py<Handle>> {
+    DETACHED
+        .get_or_try_init(py, || {
+            Py::new(
+                py,
+                Handle {
+                    inner: LoopCell::new(Inner::default()),
+                    cancelled: AtomicBool::new(true),
+                    context: py.None(),
+                    loop_: py.None(),
+                    source_traceback: None,
+                },
+            )
+        })
+        .map(|h| h.clone_ref(py))
 }
 
 /// Sends an exception raised by a callback to the loop's exception handler.

@@ -1,6 +1,7 @@
 //! Python helpers the native code calls on cold paths (reprs, debug-mode stacks), imported once
 //! from `ferroloop._hooks` and cached for the interpreter's lifetime.
 
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
@@ -54,6 +55,47 @@ pub fn base_create_task(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
         "asyncio.base_events",
         &["BaseEventLoop", "create_task"],
     )
+}
+
+static TASK_STEP_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Whether `callback` is a C Task's step (`ferroloop._hooks.TASK_STEP_TYPE`). Never when that
+/// is `None` (asyncio's Task is not the C one) or could not be found (an import failing during
+/// interpreter shutdown, say): the shortcut is then simply not taken.
+pub fn is_task_step(callback: &Bound<'_, PyAny>) -> bool {
+    let py = callback.py();
+    let ty = TASK_STEP_TYPE.get_or_init(py, || {
+        py.import("ferroloop._hooks")
+            .and_then(|m| m.getattr("TASK_STEP_TYPE"))
+            .map_or_else(|_| py.None(), Bound::unbind)
+    });
+    std::ptr::eq(callback.get_type_ptr().cast(), ty.as_ptr())
+}
+
+static TASK_WAKEUP_DEF: PyOnceLock<usize> = PyOnceLock::new();
+
+/// Whether `callback` is a C Task's wake-up: a built-in function made from `_asyncio`'s static
+/// `task_wakeup` method definition, found once from `ferroloop._hooks.task_wakeup_probe()` (whose
+/// object is then dropped). Never if none was found, as for `is_task_step`.
+pub fn is_task_wakeup(callback: &Bound<'_, PyAny>) -> bool {
+    let py = callback.py();
+    let def = *TASK_WAKEUP_DEF.get_or_init(py, || {
+        py.import("ferroloop._hooks")
+            .and_then(|m| m.call_method0("task_wakeup_probe"))
+            .ok()
+            .and_then(|wakeup| method_def_of(&wakeup))
+            .unwrap_or(0)
+    });
+    def != 0 && method_def_of(callback) == Some(def)
+}
+
+/// The address of the `PyMethodDef` behind an exact built-in function object.
+fn method_def_of(obj: &Bound<'_, PyAny>) -> Option<usize> {
+    // SAFETY: we hold the GIL (`obj` is bound to it) and `obj` is alive.
+    let exact = unsafe { ffi::PyCFunction_CheckExact(obj.as_ptr()) } != 0;
+    // SAFETY: an object whose type is exactly `builtin_function_or_method` is a
+    // `PyCFunctionObject`, and `m_ml` is set at creation and never changed.
+    exact.then(|| unsafe { (*obj.as_ptr().cast::<ffi::PyCFunctionObject>()).m_ml as usize })
 }
 
 static SOCKET_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();

@@ -17,7 +17,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::{Injected, LoopCore, State, CLOCK_RESOLUTION, WAKER_TOKEN};
-use crate::handle::{Handle, NOT_SCHEDULED};
+use crate::handle::{Handle, Ready, NOT_SCHEDULED};
 
 impl LoopCore {
     /// One loop iteration; see the module docs.
@@ -92,7 +92,7 @@ impl LoopCore {
             for (is_ready, handle) in directions {
                 if let (true, Some(h)) = (is_ready, handle) {
                     if !h.get().is_cancelled() {
-                        ready.push(h.clone_ref(py));
+                        ready.push(h.clone_ref(py).into());
                     }
                 }
             }
@@ -107,7 +107,7 @@ impl LoopCore {
         let State { ready, timers, .. } = &mut *st;
         while let Some(t) = timers.pop_before(end) {
             t.get().set_timer_id(NOT_SCHEDULED);
-            ready.push(t.into_bound(py).into_super().unbind());
+            ready.push(t.into_bound(py).into_super().unbind().into());
         }
         Ok(())
     }
@@ -119,17 +119,8 @@ impl LoopCore {
         let this = slf.get();
         let mut batch = this.state.borrow(py)?.ready.take_batch();
         let debug = this.flags.debug();
-        while let Some(handle) = batch.pop_front() {
-            let handle = handle.into_bound(py);
-            if handle.get().is_cancelled() {
-                continue;
-            }
-            let result = if debug {
-                slf.call_method1(intern!(py, "_run_handle_debug"), (&handle,))
-                    .map(drop)
-            } else {
-                Handle::run(&handle)
-            };
+        while let Some(entry) = batch.pop_front() {
+            let result = Self::run_entry(slf, entry, debug);
             if let Err(e) = result {
                 // KeyboardInterrupt/SystemExit: the rest stays queued, in order, for the next run.
                 this.state.borrow(py)?.ready.restore_unrun(batch);
@@ -139,6 +130,32 @@ impl LoopCore {
         // Keep the larger allocation for the next iteration.
         this.state.borrow(py)?.ready.recycle(batch);
         Ok(())
+    }
+
+    /// Runs one ready-queue entry (a cancelled handle is skipped). `Err` only for
+    /// KeyboardInterrupt/SystemExit or a failing exception handler, as `Handle::run`.
+    pub(crate) fn run_entry(slf: &Bound<'_, Self>, entry: Ready, debug: bool) -> PyResult<()> {
+        let py = slf.py();
+        match entry {
+            Ready::Handle(handle) => {
+                let handle = handle.into_bound(py);
+                if handle.get().is_cancelled() {
+                    Ok(())
+                } else if debug {
+                    slf.call_method1(intern!(py, "_run_handle_debug"), (&handle,))
+                        .map(drop)
+                } else {
+                    Handle::run(&handle)
+                }
+            }
+            // Queued before debug mode was switched on, if at all: run as they are.
+            Ready::Step { step, arg, context } => Ready::run_step(
+                slf.as_any(),
+                step.bind(py),
+                arg.as_ref().map(|a| a.bind(py)),
+                context.bind(py),
+            ),
+        }
     }
 
     /// Moves everything injected so far into the loop: handles join the ready queue in push
@@ -156,7 +173,7 @@ impl LoopCore {
         let mut st = self.state.borrow(py)?;
         for item in batch {
             match item {
-                Injected::Handle(h) => st.ready.push(h),
+                Injected::Handle(h) => st.ready.push(h.into()),
                 Injected::Task(t) => tasks.push(t),
             }
         }

@@ -36,7 +36,7 @@ mod iteration;
 use fds::{fileobj_to_fd, FdEntry};
 
 use crate::cell::LoopCell;
-use crate::handle::{Handle, TimerHandle, NOT_SCHEDULED};
+use crate::handle::{Handle, Ready, TimerHandle, NOT_SCHEDULED};
 use crate::sock_ops::{Kind, SocketOperation};
 use pyo3::buffer::PyUntypedBuffer;
 
@@ -80,7 +80,7 @@ impl LoopRemote {
 
 #[derive(Default)]
 struct State {
-    ready: ReadyQueue<Py<Handle>>,
+    ready: ReadyQueue<Ready>,
     timers: Timers<Py<TimerHandle>>,
     fds: HashMap<RawFd, FdEntry>,
     thread_id: Option<u64>,
@@ -168,8 +168,8 @@ impl LoopCore {
 
     /// `create_task(coro)` for a caller that will run the task's first step itself, at once:
     /// returns the task and, when the task was made by the native path (no task factory, not
-    /// debug) and its constructor queued exactly one handle (its first `__step`), that handle,
-    /// taken back out of the ready queue. Running it right away is what Python 3.12's eager
+    /// debug) and its constructor queued exactly one entry (its first step), that entry, taken
+    /// back out of the ready queue, for `run_entry`. Running it right away is what Python 3.12's eager
     /// tasks do; the server uses it so a request's app runs while its bytes are still in cache
     /// and, when it finishes in that step, its objects are freed before the next connection's
     /// are made (see `server/conn.rs`, `start_app`).
@@ -177,7 +177,7 @@ impl LoopCore {
         slf: &Bound<'_, Self>,
         coro: &Bound<'_, PyAny>,
         context: &Bound<'_, PyAny>,
-    ) -> PyResult<(Py<PyAny>, Option<Py<Handle>>)> {
+    ) -> PyResult<(Py<PyAny>, Option<Ready>)> {
         let py = slf.py();
         let this = slf.get();
         let native = !this.flags.debug() && this.task_factory.borrow(py)?.is_none();
@@ -319,13 +319,40 @@ impl LoopCore {
         if debug {
             Self::check_thread(this.state.borrow(py)?.thread_id)?;
         }
+        // A C Task's step (`call_soon(step, context=...)`) or wake-up (`call_soon(wakeup, future,
+        // context=...)`), which `_asyncio` schedules and whose handle it drops unread, is queued
+        // without a Handle: fewer objects allocated, traversed by the collector and freed per
+        // task. Not in debug mode, where handles carry tracebacks and slow-callback reports.
+        if !debug {
+            if let Some(ctx) = context.as_ref().filter(|c| !c.is_none()) {
+                let arg = match args.len() {
+                    0 if crate::hooks::is_task_step(callback) => Some(None),
+                    1 if crate::hooks::is_task_wakeup(callback) => {
+                        Some(Some(args.get_item(0)?.unbind()))
+                    }
+                    _ => None,
+                };
+                if let Some(arg) = arg {
+                    this.drain_injector(py)?;
+                    this.state.borrow(py)?.ready.push(Ready::Step {
+                        step: callback.clone().unbind(),
+                        arg,
+                        context: ctx.clone().unbind(),
+                    });
+                    return crate::handle::detached(py);
+                }
+            }
+        }
         let handle = Py::new(
             py,
             Self::make_handle(slf, "call_soon", callback, args, context, debug)?,
         )?;
         // Handles other threads queued earlier go first: asyncio has one FIFO for both.
         this.drain_injector(py)?;
-        this.state.borrow(py)?.ready.push(handle.clone_ref(py));
+        this.state
+            .borrow(py)?
+            .ready
+            .push(handle.clone_ref(py).into());
         Ok(handle)
     }
 
@@ -436,7 +463,10 @@ impl LoopCore {
             // On the loop's own thread (or a loop nobody runs) nothing can be asleep in epoll:
             // queue directly, after anything injected earlier, so FIFO holds as in asyncio.
             this.drain_injector(py)?;
-            this.state.borrow(py)?.ready.push(handle.clone_ref(py));
+            this.state
+                .borrow(py)?
+                .ready
+                .push(handle.clone_ref(py).into());
         } else {
             let _ = this
                 .shared
@@ -674,6 +704,13 @@ impl LoopCore {
         self.flags.closed()
     }
 
+    /// asyncio's `get_debug()`. Native because the C `Future.__init__` (so every Future and
+    /// Task) calls it: inherited from `BaseEventLoop` it ran a Python frame, about 700
+    /// instructions per task under callgrind. `set_debug` stays asyncio's and writes `_debug`.
+    fn get_debug(&self) -> bool {
+        self.flags.debug()
+    }
+
     #[getter(_closed)]
     fn attr_closed(&self) -> bool {
         self.flags.closed()
@@ -801,8 +838,8 @@ impl LoopCore {
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         if let Some(st) = self.state.try_borrow_for_gc() {
-            for h in st.ready.iter() {
-                visit.call(h)?;
+            for entry in st.ready.iter() {
+                entry.visit(&visit)?;
             }
             for t in st.timers.iter() {
                 visit.call(t)?;

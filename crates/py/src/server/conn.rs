@@ -37,7 +37,6 @@ use super::scope::{self, RequestFacts};
 use super::HttpServer;
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
-use crate::handle::Handle;
 
 /// Stop reading while this many received bytes wait for the app (a request body, pipelined
 /// requests): the client is then held back by TCP flow control.
@@ -500,7 +499,7 @@ impl Conn {
         // request is parsed, so young objects do not pile up across a batch of connections and
         // trip the garbage collector, and the request's bytes are still in cache.
         let stepped = step.is_some();
-        let interrupted = step.and_then(|step| Handle::run(step.bind(py)).err());
+        let interrupted = step.and_then(|step| LoopCore::run_entry(loop_core, step, false).err());
         if interrupted.is_none()
             && stepped
             && task.call_method0(intern!(py, "done"))?.is_truthy()?
