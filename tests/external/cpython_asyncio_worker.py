@@ -265,6 +265,15 @@ def install_loop(name: str) -> tuple[LoopCounter, Callable[[], asyncio.AbstractE
     CountingPolicy.__qualname__ = f"{name}.CountingPolicy"
     asyncio.DefaultEventLoopPolicy = CountingPolicy  # type: ignore[misc]
     asyncio.set_event_loop_policy(CountingPolicy())
+    if name != "asyncio" and hasattr(asyncio, "EventLoop"):
+        # 3.13+: asyncio.EventLoop names the platform's default loop class, and test_taskgroups
+        # builds its loops with it (``loop_factory = asyncio.EventLoop``), read when the module
+        # is imported, which is after this.
+        # A class (not the function itself, which would become a method of the test case)
+        # whose construction returns the counted loop under test.
+        asyncio.EventLoop = type(  # type: ignore[misc]
+            "EventLoop", (), {"__new__": lambda cls: direct_loop()}
+        )
     return counter, direct_loop
 
 
