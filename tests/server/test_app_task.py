@@ -1,10 +1,8 @@
 """How the server drives the app: each request in its own asyncio Task with its own context,
 also when requests arrive pipelined or many connections are ready at once.
 
-ferroloop runs a request's first step at once, inside the read that completed the request
-(Python 3.12's eager tasks do the same), and starts every app task in a fresh copy of the
-server's context. These tests pin down that the app sees a task of its own either way, and
-what eager starts are for: fewer objects alive at a time.
+ferroloop starts every app task in a fresh copy of the server's context, so nothing one request
+sets is seen by the next one on its connection.
 """
 
 from __future__ import annotations
@@ -60,29 +58,3 @@ def test_many_connections_ready_at_once(server, connect, request_bytes):
         connection.send(request_bytes("GET", f"/task-info?value=c{i}"))
     for i, connection in enumerate(connections):
         _check_fresh_task(_task_info(connection.read_response()), f"c{i}")
-
-
-@pytest.mark.ferroloop_only(
-    reason="ferroloop starts each app at once in the read that completed its request; under "
-    "uvicorn every request's task waits in the ready queue while the other connections are "
-    "read, so young objects pile up and trip the collector"
-)
-def test_requests_that_finish_at_once_leave_no_work_for_the_collector(
-    server, connect, request_bytes
-):
-    """256 connections send a request each, all at once, 20 times: the requests' tasks,
-    coroutines and scopes are freed as each finishes, so the young generation does not fill
-    up across a batch. Before eager starts this took about one collection per 65 requests
-    (about 80 here); allocation elsewhere in the process (connections, logging) may still
-    take a few."""
-    connections = [connect(server) for _ in range(256)]
-    probe = connect(server)
-    before = _task_info(probe.request("GET", "/gc-stats"))["gen0_collections"]
-    request = request_bytes("GET", "/hello")
-    for _ in range(20):
-        for connection in connections:
-            connection.send(request)
-        for connection in connections:
-            assert connection.read_response().status == 200
-    after = _task_info(probe.request("GET", "/gc-stats"))["gen0_collections"]
-    assert after - before <= 10, f"{after - before} young collections for 5120 requests"

@@ -6,9 +6,7 @@
 //! (KeyboardInterrupt) did not run, ahead of anything queued since, so no callback is lost or
 //! reordered.
 //!
-//! Invariant: items leave only through `take_batch`/`drain`, in push order, or through
-//! `take_last_if_len`, which hands back the item just pushed to a caller that runs it at once
-//! instead (the server's eager app start) and leaves the order of the rest unchanged.
+//! Invariant: items leave only through `take_batch`/`drain`, in push order.
 
 use std::collections::VecDeque;
 
@@ -65,17 +63,6 @@ impl<T> ReadyQueue<T> {
         }
     }
 
-    /// The last item, taken back, if the queue holds exactly `len` items: a caller that knows
-    /// it pushed the last one (the queue grew from `len - 1` to `len` across its call) runs it
-    /// now instead of in the next batch. `None`, and nothing taken, otherwise.
-    pub fn take_last_if_len(&mut self, len: usize) -> Option<T> {
-        if self.queue.len() == len {
-            self.queue.pop_back()
-        } else {
-            None
-        }
-    }
-
     /// Removes everything (loop close); the caller drops the items where that is safe.
     pub fn drain(&mut self) -> VecDeque<T> {
         std::mem::take(&mut self.queue)
@@ -114,18 +101,6 @@ mod tests {
             q.drain().into_iter().collect::<Vec<_>>(),
             vec![1, 2, 3, 4, 10]
         );
-    }
-
-    #[test]
-    fn take_last_only_when_the_length_matches() {
-        let mut q = ReadyQueue::new();
-        q.push(1);
-        let before = q.len();
-        q.push(2);
-        assert_eq!(q.take_last_if_len(before + 2), None);
-        assert_eq!(q.take_last_if_len(before + 1), Some(2));
-        assert_eq!(q.take_last_if_len(before + 1), None);
-        assert_eq!(q.drain().into_iter().collect::<Vec<_>>(), vec![1]);
     }
 
     #[test]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import gc
 import hashlib
 import json
 import os
@@ -440,11 +439,6 @@ async def task_info(scope: Any, receive: Any, send: Any) -> None:
     await _json(send, {"first": first, "after": after})
 
 
-async def gc_stats(scope: Any, receive: Any, send: Any) -> None:
-    """How many young-generation collections this process has run."""
-    await _json(send, {"gen0_collections": gc.get_stats()[0]["collections"]})
-
-
 ROUTES = {
     "/": hello,
     "/hello": hello,
@@ -476,7 +470,6 @@ ROUTES = {
     "/split-trailers": split_trailers,
     "/header-shapes": header_shapes,
     "/task-info": task_info,
-    "/gc-stats": gc_stats,
 }
 
 

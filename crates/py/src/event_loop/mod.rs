@@ -166,31 +166,6 @@ impl LoopCore {
         }
     }
 
-    /// `create_task(coro)` for a caller that will run the task's first step itself, at once:
-    /// returns the task and, when the task was made by the native path (no task factory, not
-    /// debug) and its constructor queued exactly one entry (its first step), that entry, taken
-    /// back out of the ready queue, for `run_entry`. Running it right away is what Python 3.12's eager
-    /// tasks do; the server uses it so a request's app runs while its bytes are still in cache
-    /// and, when it finishes in that step, its objects are freed before the next connection's
-    /// are made (see `server/conn.rs`, `start_app`).
-    pub(crate) fn create_task_eager(
-        slf: &Bound<'_, Self>,
-        coro: &Bound<'_, PyAny>,
-        context: &Bound<'_, PyAny>,
-    ) -> PyResult<(Py<PyAny>, Option<Ready>)> {
-        let py = slf.py();
-        let this = slf.get();
-        let native = !this.flags.debug() && this.task_factory.borrow(py)?.is_none();
-        let before = this.state.borrow(py)?.ready.len();
-        let task = Self::create_task(slf, coro, None, Some(context))?;
-        let step = if native {
-            this.state.borrow(py)?.ready.take_last_if_len(before + 1)
-        } else {
-            None
-        };
-        Ok((task, step))
-    }
-
     /// `{"loop": self}`, built on first use and reused for every Future and Task the loop
     /// creates (their C `__init__` only reads it).
     fn loop_kwargs<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {

@@ -266,11 +266,7 @@ impl Conn {
                 st.eof = true;
             }
         }
-        let server = this.server.bind(py).get();
-        server.allow_eager_start(py, true);
-        let result = Self::advance(slf);
-        server.allow_eager_start(py, false);
-        result
+        Self::advance(slf)
     }
 
     fn on_writable(slf: &Bound<'_, Self>) -> PyResult<()> {
@@ -473,43 +469,28 @@ impl Conn {
             },
         )?;
         let (receive, send) = super::cycle::bound_methods(&cycle)?;
-        let eager = server.take_eager_start(py);
         let loop_core = server.loop_core().bind(py);
+        // Every app task runs in a fresh copy of the server's context (see `task_context`).
         let started = server
             .app_for(forwarded)
             .bind(py)
             .call1((scope, receive, send))
             .and_then(|coro| {
                 let context = server.task_context(py)?;
-                if eager {
-                    LoopCore::create_task_eager(loop_core, &coro, &context)
-                } else {
-                    LoopCore::create_task(loop_core, &coro, None, Some(&context)).map(|t| (t, None))
-                }
+                LoopCore::create_task(loop_core, &coro, None, Some(&context))
             });
-        let (task, step) = match started {
-            Ok((task, step)) => (task.into_bound(py), step),
+        match started {
+            Ok(task) => {
+                let task = task.into_bound(py);
+                server.task_started(py, &task)?;
+                task.call_method1(intern!(py, "add_done_callback"), (cycle,))?;
+                Ok(())
+            }
             Err(e) => {
                 let exc = e.into_value(py).into_any();
-                return Self::app_finished(slf, seq, Some(exc.bind(py)), false);
+                Self::app_finished(slf, seq, Some(exc.bind(py)), false)
             }
-        };
-        // The first step, now (eager start): a request that completes in it (no `await` that
-        // has to wait) frees its task, coroutine and scope before the next connection's
-        // request is parsed, so young objects do not pile up across a batch of connections and
-        // trip the garbage collector, and the request's bytes are still in cache.
-        let stepped = step.is_some();
-        let interrupted = step.and_then(|step| LoopCore::run_entry(loop_core, step, false).err());
-        if interrupted.is_none()
-            && stepped
-            && task.call_method0(intern!(py, "done"))?.is_truthy()?
-        {
-            return cycle.get().finished(py, &task);
         }
-        server.task_started(py, &task)?;
-        task.call_method1(intern!(py, "add_done_callback"), (cycle,))?;
-        // KeyboardInterrupt or SystemExit in the step: the loop stops, as from any handle.
-        interrupted.map_or(Ok(()), Err)
     }
 
     /// The app's task ended (or calling the app failed): log its exception, and answer 500 or

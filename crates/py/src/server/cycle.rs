@@ -244,8 +244,7 @@ impl Cycle {
 }
 
 impl Cycle {
-    /// The app's task is done: the done callback's work, also called directly by
-    /// `Conn::start_app` for a task that finished in its eager first step.
+    /// The app's task is done: log its exception, answer 500 or close as `app_finished` decides.
     pub(super) fn finished(&self, py: Python<'_>, task: &Bound<'_, PyAny>) -> PyResult<()> {
         let conn = self.conn.bind(py);
         let server = conn.get().server().bind(py).get();

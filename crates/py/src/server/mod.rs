@@ -65,11 +65,6 @@ struct ServerState {
     /// Running app tasks, by object address.
     tasks: IntMap<usize, Py<PyAny>>,
     requests: u64,
-    /// Set while a connection's read-readiness callback runs, and taken by the first app start
-    /// inside it (`Conn::start_app`): only that one runs its first step at once. A start from
-    /// inside an app task (a pipelined request after a response finished in `send()`) finds it
-    /// cleared, as asyncio refuses to step one task inside another.
-    eager_start: bool,
     sweep: Option<Py<PyAny>>,
     date: DateCache,
 }
@@ -189,7 +184,6 @@ impl HttpServer {
                 conns: IntMap::default(),
                 tasks: IntMap::default(),
                 requests: 0,
-                eager_start: false,
                 sweep: None,
                 date: DateCache::new(),
             }),
@@ -468,20 +462,6 @@ impl HttpServer {
         // PyContext_CopyCurrent); PyContext_Copy returns a new reference or NULL with an
         // exception set.
         unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_Copy(self.context.as_ptr())) }
-    }
-
-    /// Allows (`true`) or ends (`false`) the eager start of the next app; see `eager_start`.
-    pub(crate) fn allow_eager_start(&self, py: Python<'_>, on: bool) {
-        if let Ok(mut st) = self.state.borrow(py) {
-            st.eager_start = on;
-        }
-    }
-
-    /// Whether this app start may run its first step at once; clears the permission.
-    pub(crate) fn take_eager_start(&self, py: Python<'_>) -> bool {
-        self.state
-            .borrow(py)
-            .is_ok_and(|mut st| std::mem::take(&mut st.eager_start))
     }
 
     pub(crate) fn response_done(&self, py: Python<'_>) {
