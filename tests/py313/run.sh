@@ -47,5 +47,5 @@ VIRTUAL_ENV="$PWD/$VENV" PATH="$PWD/$VENV/bin:$PATH" CARGO_TARGET_DIR=target/py3
 
 echo "== CPython $VERSION's asyncio suite on ferroloop"
 "$VENV/bin/python" tests/external/run_cpython_asyncio.py --check tests/py313/cpython_asyncio_baseline.json
-echo "== our tests under $VERSION"
+echo "== our tests under $VERSION (what differs from 3.11: tests/py313/EXCEPTIONS.md, docs/usage.md)"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests
