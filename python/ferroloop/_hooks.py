@@ -6,9 +6,25 @@ Kept in Python so that reprs and source tracebacks read exactly as asyncio's do 
 
 from __future__ import annotations
 
+import inspect
 import sys
 from asyncio import format_helpers
 from typing import Any
+
+# asyncio 3.13 (and later 3.12 releases) show a callback's arguments only in debug mode, since
+# they may hold sensitive data: ``_format_callback_source(func, args, *, debug=False)``.
+_FORMAT_TAKES_DEBUG = (
+    "debug" in inspect.signature(format_helpers._format_callback_source).parameters
+)
+
+
+def callback_source(handle: Any) -> str:
+    """``cb(args) at file:line`` for a handle's callback, as this Python's asyncio writes it."""
+    if _FORMAT_TAKES_DEBUG:
+        return format_helpers._format_callback_source(
+            handle._callback, handle._args, debug=handle._loop.get_debug()
+        )
+    return format_helpers._format_callback_source(handle._callback, handle._args)
 
 
 def handle_repr(handle: Any) -> str:
@@ -18,7 +34,7 @@ def handle_repr(handle: Any) -> str:
     if cancelled:
         info.append("cancelled")
     if handle._callback is not None:
-        info.append(format_helpers._format_callback_source(handle._callback, handle._args))
+        info.append(callback_source(handle))
     tb = handle._source_traceback
     if tb:
         frame = tb[-1]

@@ -14,13 +14,13 @@ The class is ``Loop(LoopCore, SocketOps, SignalOps, asyncio.BaseEventLoop)``:
 
 from __future__ import annotations
 
-import asyncio
 import collections.abc
 import sys
 import threading
 from asyncio import base_events, events
 from typing import Any
 
+from ._hooks import callback_source
 from ._native import Handle, LoopCore, SocketOperation, _install_fast_methods
 from ._signals import SignalOps
 from ._sockets import SocketOps
@@ -83,7 +83,7 @@ class Loop(LoopCore, SocketOps, SignalOps, TransportOps, base_events.BaseEventLo
 
     def _callback_failed(self, handle: Any, exc: BaseException) -> None:
         if isinstance(handle, Handle):
-            source = asyncio.format_helpers._format_callback_source(handle._callback, handle._args)
+            source = callback_source(handle)
             context: dict[str, Any] = {
                 "message": f"Exception in callback {source}",
                 "exception": exc,

@@ -21,6 +21,7 @@ Used for plain ``socket.socket`` objects of type ``SOCK_STREAM`` in ``AF_INET``,
 
 from __future__ import annotations
 
+import inspect
 import socket
 from asyncio import base_events, futures, protocols, selector_events, transports, trsock
 from operator import attrgetter
@@ -137,7 +138,7 @@ class _SelectorSocketTransport(NativeCoreMixin, selector_events._SelectorSocketT
         self._server = server
         self._paused = False
         if server is not None:
-            server._attach()
+            attach_to_server(server, self)
         loop._transports[self._sock_fd] = self
 
         base_events._set_nodelay(sock)
@@ -172,6 +173,19 @@ class _SelectorSocketTransport(NativeCoreMixin, selector_events._SelectorSocketT
         if not self.get_write_buffer_size():
             waiter.set_result(None)
         return waiter
+
+
+# asyncio 3.12.1+ and 3.13 track a server's transports (`Server._attach(transport)`, for
+# `close_clients`/`abort_clients`); 3.11 only counts them (`Server._attach()`).
+_ATTACH_TAKES_TRANSPORT = len(inspect.signature(base_events.Server._attach).parameters) > 1
+
+
+def attach_to_server(server: Any, transport: Any) -> None:
+    """``server._attach`` in the form this Python's asyncio defines."""
+    if _ATTACH_TAKES_TRANSPORT:
+        server._attach(transport)
+    else:
+        server._attach()
 
 
 NATIVE_FAMILIES = frozenset({socket.AF_INET, socket.AF_INET6, socket.AF_UNIX})

@@ -19,10 +19,12 @@ neither a zero-argument `super()` nor the selector.
 
 from __future__ import annotations
 
+import os
 import selectors
 import socket
 import weakref
 from asyncio import constants, selector_events, sslproto, unix_events
+from asyncio.log import logger
 from typing import Any
 
 from ._datagram_transport import _SelectorDatagramTransport
@@ -35,7 +37,6 @@ _FROM_SELECTOR_LOOP = (
     "_accept_connection",
     "_accept_connection2",
     "_ensure_fd_no_transport",
-    "_stop_serving",
     "_sendfile_native",
 )
 
@@ -79,6 +80,28 @@ class TransportOps:
     def _transports_init(self) -> None:
         self._transports = weakref.WeakValueDictionary()
         self._selector = RegistryView(self)
+        # Listening Unix sockets whose file ``_stop_serving`` removes, with the file's inode:
+        # filled by asyncio 3.13's ``create_unix_server`` (``cleanup_socket=True``), never by
+        # 3.11's, which leaves the file in place.
+        self._unix_server_sockets: dict[socket.socket, int] = {}
+
+    def _stop_serving(self, sock: socket.socket) -> None:
+        """The selector loop's ``_stop_serving``, then, for a Unix socket ``create_unix_server``
+        registered, the removal of its file if it is still the same file (asyncio 3.13's
+        ``_UnixSelectorEventLoop._stop_serving``, which cannot be borrowed: it calls
+        ``super()``)."""
+        path = sock.getsockname() if sock in self._unix_server_sockets else None
+        selector_events.BaseSelectorEventLoop._stop_serving(self, sock)  # type: ignore[arg-type]
+        if path is None:
+            return
+        prev_ino = self._unix_server_sockets.pop(sock)
+        try:
+            if os.stat(path).st_ino == prev_ino:
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            logger.error("Unable to clean up listening UNIX socket %r: %r", path, err)
 
     def _make_socket_transport(
         self, sock: Any, protocol: Any, waiter: Any = None, *, extra: Any = None, server: Any = None

@@ -219,6 +219,16 @@ class LoopCounter:
         return loop
 
 
+def install_event_loop_class(make_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
+    """3.13+: make ``asyncio.EventLoop`` build the loop under test, for test_taskgroups, whose
+    classes say ``loop_factory = asyncio.EventLoop`` (read when the module is imported, after
+    this). A class, not the function itself, which would become a method of the test case.
+    Only for that module: test_runners checks that ``asyncio.EventLoop`` is asyncio's own."""
+    asyncio.EventLoop = type(  # type: ignore[misc]
+        "EventLoop", (), {"__new__": lambda cls: make_loop()}
+    )
+
+
 def install_loop(name: str) -> tuple[LoopCounter, Callable[[], asyncio.AbstractEventLoop]]:
     """Make ``name`` asyncio's default loop; return the counter and a loop factory."""
     if name == "ferroloop":
@@ -469,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.results, "a", encoding="utf-8") as out:
         try:
             counter, make_loop = install_loop(args.loop)
+            taskgroups = args.module == "test_taskgroups" and args.loop != "asyncio"
+            if taskgroups and hasattr(asyncio, "EventLoop"):
+                install_event_loop_class(make_loop)
             from test.test_asyncio import utils as test_utils
 
             adapt_close_loop(test_utils)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -58,3 +59,15 @@ def udp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
 def stream_pair(request: pytest.FixtureRequest) -> tuple[socket.socket, socket.socket]:
     """A connected non-blocking stream pair: AF_UNIX socketpair, then TCP over 127.0.0.1."""
     return request.getfixturevalue("unix_pair" if request.param == "unix" else "tcp_pair")
+
+
+@pytest.fixture
+def call_args() -> Callable[[str], str]:
+    """``call_args("('x')")``: a callback's arguments as asyncio writes them in a repr or an error
+    message outside debug mode: as given on 3.11; ``()`` where asyncio hides them because they
+    may hold sensitive data (3.13 and later 3.12 releases: ``_format_callback_source`` then
+    takes ``debug=``)."""
+    from asyncio import format_helpers
+
+    hidden = "debug" in inspect.signature(format_helpers._format_callback_source).parameters
+    return lambda text: "()" if hidden else text

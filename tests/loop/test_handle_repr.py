@@ -15,13 +15,13 @@ def greet(name, punctuation="!"):
     return name + punctuation
 
 
-def test_handle_repr_names_the_callback_and_its_arguments(loop):
+def test_handle_repr_names_the_callback_and_its_arguments(loop, call_args):
     handle = loop.call_soon(greet, "world")
     text = repr(handle)
     handle.cancel()
     assert text.startswith("<Handle ")
     assert text.endswith(">")
-    assert "greet('world')" in text
+    assert "greet" + call_args("('world')") in text
 
 
 def test_handle_repr_points_at_the_callback_source(loop):
@@ -31,11 +31,11 @@ def test_handle_repr_points_at_the_callback_source(loop):
     assert re.search(r" at .*test_handle_repr\.py:\d+>$", text), text
 
 
-def test_timer_handle_repr_shows_when_before_the_callback(loop):
+def test_timer_handle_repr_shows_when_before_the_callback(loop, call_args):
     timer = loop.call_at(1234.5, greet, "x")
     text = repr(timer)
     timer.cancel()
-    assert text.startswith("<TimerHandle when=1234.5 greet('x')"), text
+    assert text.startswith("<TimerHandle when=1234.5 greet" + call_args("('x')")), text
 
 
 def test_cancelled_handle_repr(loop):
@@ -50,21 +50,21 @@ def test_cancelled_timer_handle_repr(loop):
     assert repr(timer) == "<TimerHandle cancelled when=1234.5>"
 
 
-def test_handle_repr_of_a_partial(loop):
+def test_handle_repr_of_a_partial(loop, call_args):
     handle = loop.call_soon(functools.partial(greet, "partial"), "?")
     text = repr(handle)
     handle.cancel()
     assert text.startswith("<Handle ")
     assert "greet" in text
-    assert "'partial'" in text
+    assert call_args("('partial')") in text
 
 
-def test_handle_repr_of_a_bound_method(loop):
+def test_handle_repr_of_a_bound_method(loop, call_args):
     items = []
     handle = loop.call_soon(items.append, 1)
     text = repr(handle)
     handle.cancel()
-    assert "list.append(1)" in text
+    assert "list.append" + call_args("(1)") in text
 
 
 def test_handle_repr_of_a_lambda(loop):

@@ -17,6 +17,7 @@ import sys
 import warnings
 import weakref
 
+import ferroloop
 import pytest
 
 
@@ -61,6 +62,14 @@ class DatagramRecorder(asyncio.DatagramProtocol):
 
 PAYLOAD = bytes(range(256)) * 4  # 1 KiB after a 6-digit sequence number
 MAX_SENDS = 100_000  # far more than any socket buffer holds
+
+
+def skip_asyncio_size_drift(loop):
+    """asyncio 3.12+ adds 8 bytes per queued datagram to ``get_write_buffer_size()`` and never
+    takes them off (its ``_sendto_ready`` subtracts only the data), so exact sizes and a drain to
+    0 hold only on 3.11's asyncio; ferroloop counts the queued data, as 3.11 does."""
+    if sys.version_info >= (3, 12) and not isinstance(loop, ferroloop.Loop):
+        pytest.skip("asyncio 3.12+ miscounts queued datagrams (8 bytes each never removed)")
 
 
 def test_unconnected_endpoints_exchange_datagrams(loop, run):
@@ -179,6 +188,8 @@ def test_datagram_endpoint_with_a_bound_sock(loop, run):
 
 
 def test_datagram_transport_state(loop, run):
+    skip_asyncio_size_drift(loop)
+
     async def main():
         transport, protocol = await loop.create_datagram_endpoint(
             DatagramRecorder, local_addr=("127.0.0.1", 0)
@@ -256,6 +267,8 @@ async def drain(loop, receiver, count):
 
 @pytest.mark.parametrize("connected", [True, False], ids=["connected", "unconnected"])
 def test_queued_datagrams_are_flushed_in_order(loop, run, tmp_path, connected):
+    skip_asyncio_size_drift(loop)
+
     async def main():
         sender, receiver, path = unix_pair(tmp_path, connected)
         transport, protocol = await loop.create_datagram_endpoint(DatagramRecorder, sock=sender)
@@ -301,6 +314,8 @@ def test_write_buffer_limits_pause_and_resume_the_protocol(loop, run, tmp_path):
 
 
 def test_close_waits_for_the_queue_to_drain(loop, run, tmp_path):
+    skip_asyncio_size_drift(loop)
+
     async def main():
         sender, receiver, path = unix_pair(tmp_path, connected=False)
         transport, protocol = await loop.create_datagram_endpoint(DatagramRecorder, sock=sender)
@@ -322,6 +337,8 @@ def test_close_waits_for_the_queue_to_drain(loop, run, tmp_path):
 
 
 def test_abort_drops_the_queue(loop, run, tmp_path):
+    skip_asyncio_size_drift(loop)
+
     async def main():
         sender, receiver, path = unix_pair(tmp_path, connected=True)
         transport, protocol = await loop.create_datagram_endpoint(DatagramRecorder, sock=sender)

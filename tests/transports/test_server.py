@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+import sys
 
 import pytest
 
@@ -42,13 +43,19 @@ def test_closed_server_refuses_new_connections(loop, run, recorder):
 
 
 def test_close_leaves_accepted_connections_open(loop, run, recorder, tcp_connect):
+    """``close()`` stops listening only. asyncio 3.11's ``wait_closed()`` then returns at once;
+    from 3.12 it waits until the accepted connections are closed too."""
+
     async def main():
         ends = await tcp_connect(recorder, recorder)
         ends.server.close()
-        await ends.server.wait_closed()
+        waiting = asyncio.ensure_future(ends.server.wait_closed())
+        await asyncio.sleep(0.01)
+        assert waiting.done() is (sys.version_info < (3, 12))
         ends.client.transport.write(b"still here")
         received = await ends.accepted.received_at_least(10)
         await ends.close()
+        await waiting
         return received
 
     assert run(main()) == b"still here"

@@ -12,9 +12,11 @@ import asyncio
 import gc
 import logging
 import socket
+import sys
 import warnings
 import weakref
 
+import ferroloop
 import pytest
 
 FILL = bytes(range(256)) * 1024  # 256 KiB
@@ -85,6 +87,10 @@ def test_empty_writes_queue_nothing(loop, run, recorder, tcp_connect):
 
 
 def test_write_and_writelines_take_memoryviews_of_any_item_format(loop, run, recorder, tcp_connect):
+    if sys.version_info >= (3, 12) and not isinstance(loop, ferroloop.Loop):
+        # Its sendmsg-based writelines counts such a view by items, not bytes, and fails the
+        # transport with "IndexError: pop from an empty deque".
+        pytest.skip("asyncio 3.12+ loses track of memoryviews with multi-byte items")
     shorts = array.array("H", [1, 2, 3, 0xFFFF])
     expected = b"ab" + bytes(shorts) + b"cd" + b"ef" + bytes(shorts)
 

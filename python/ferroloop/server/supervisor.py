@@ -141,6 +141,7 @@ class Supervisor:
     _force: bool = False
     _forced: bool = False
     _restart: bool = False
+    _stop_signal: str | None = None
     _quick_deaths: int = 0
     _spawn_due: list[float] = field(default_factory=list)
 
@@ -156,14 +157,16 @@ class Supervisor:
         logger.info("Started worker process [%d]", pid)
 
     def handle_signal(self, sig: int, frame: object = None) -> None:
+        # Only flags here; the messages are logged by the main loop. A handler runs between two
+        # bytecodes of the main thread, possibly inside a logging call, and Python 3.13's logging
+        # drops a record emitted while the same handler is emitting another in that thread.
         if sig == signal.SIGHUP:
-            logger.info("Received SIGHUP, restarting workers.")
             self._restart = True
             return
         if self.should_exit and sig == signal.SIGINT:
             self._force = True
         elif not self.should_exit:
-            logger.info("Received %s, stopping workers.", signal.Signals(sig).name)
+            self._stop_signal = signal.Signals(sig).name
         self.should_exit = True
 
     def run(self) -> int:
@@ -176,6 +179,8 @@ class Supervisor:
             while not self.should_exit:
                 self._step()
                 time.sleep(POLL_INTERVAL)
+            if self._stop_signal is not None:
+                logger.info("Received %s, stopping workers.", self._stop_signal)
             self._stop_all()
         finally:
             for sig, handler in previous.items():
@@ -186,6 +191,7 @@ class Supervisor:
     def _step(self) -> None:
         if self._restart:
             self._restart = False
+            logger.info("Received SIGHUP, restarting workers.")
             for pid in list(self.workers):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
