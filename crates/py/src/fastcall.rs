@@ -193,6 +193,39 @@ unsafe extern "C" fn get_debug_fast(
     })
 }
 
+/// The keyword names (if any) and the `nargs` positional plus keyword argument pointers of a
+/// vectorcall, as a slice.
+///
+/// # Safety
+/// `args`, `nargs` and `kwnames` must be as CPython passes them to a `METH_FASTCALL |
+/// METH_KEYWORDS` function, with the GIL held; the result borrows them for the call.
+#[allow(
+    clippy::inline_always,
+    reason = "part of `dispatch`, which is specialised per entry point on the call_soon hot path"
+)]
+#[inline(always)]
+unsafe fn vector_args<'a>(
+    py: Python<'_>,
+    args: *const *mut ffi::PyObject,
+    nargs: usize,
+    kwnames: *mut ffi::PyObject,
+) -> (Option<Bound<'_, PyTuple>>, &'a [*mut ffi::PyObject]) {
+    let kwnames = if kwnames.is_null() {
+        None
+    } else {
+        // SAFETY: a non-NULL `kwnames` is a borrowed tuple of str.
+        Some(unsafe { Bound::from_borrowed_ptr(py, kwnames).cast_into_unchecked::<PyTuple>() })
+    };
+    let nkw = kwnames.as_ref().map_or(0, PyTupleMethods::len);
+    let raw: &[*mut ffi::PyObject] = if nargs + nkw == 0 {
+        &[]
+    } else {
+        // SAFETY: CPython passes `nargs + nkw` valid, borrowed pointers at `args`.
+        unsafe { std::slice::from_raw_parts(args, nargs + nkw) }
+    };
+    (kwnames, raw)
+}
+
 /// `create_task(coro)`: the common shape (what `ensure_future`, `gather` and `TaskGroup` pass)
 /// goes straight to `LoopCore::create_task`; any other is forwarded to the PyO3 method.
 unsafe extern "C" fn create_task_fast(
@@ -213,19 +246,8 @@ unsafe extern "C" fn create_task_fast(
             let coro = unsafe { Bound::from_borrowed_ptr(py, *args) };
             return Ok(LoopCore::create_task(&lp, &coro, None, None)?.into_ptr());
         }
-        let kwnames = if kwnames.is_null() {
-            None
-        } else {
-            // SAFETY: a non-NULL `kwnames` is a borrowed tuple of str.
-            Some(unsafe { Bound::from_borrowed_ptr(py, kwnames).cast_into_unchecked::<PyTuple>() })
-        };
-        let nkw = kwnames.as_ref().map_or(0, PyTupleMethods::len);
-        let raw: &[*mut ffi::PyObject] = if nargs + nkw == 0 {
-            &[]
-        } else {
-            // SAFETY: CPython passes `nargs + nkw` valid, borrowed pointers at `args`.
-            unsafe { std::slice::from_raw_parts(args, nargs + nkw) }
-        };
+        // SAFETY: as CPython passes them to this METH_FASTCALL | METH_KEYWORDS method.
+        let (kwnames, raw) = unsafe { vector_args(py, args, nargs, kwnames) };
         // SAFETY: every pointer in `raw` is a live object borrowed for this call.
         let all: Vec<_> = raw
             .iter()
@@ -263,19 +285,9 @@ unsafe fn dispatch(
 ) -> PyResult<*mut ffi::PyObject> {
     // SAFETY: `nargsf` comes from CPython's vectorcall protocol.
     let nargs = unsafe { ffi::PyVectorcall_NARGS(nargsf as usize) } as usize;
-    let kwnames = if kwnames.is_null() {
-        None
-    } else {
-        // SAFETY: a non-NULL `kwnames` is a borrowed tuple of str.
-        Some(unsafe { Bound::from_borrowed_ptr(py, kwnames).cast_into_unchecked::<PyTuple>() })
-    };
-    let nkw = kwnames.as_ref().map_or(0, PyTupleMethods::len);
-    let raw: &[*mut ffi::PyObject] = if nargs + nkw == 0 {
-        &[]
-    } else {
-        // SAFETY: CPython passes `nargs + nkw` valid, borrowed pointers at `args`.
-        unsafe { std::slice::from_raw_parts(args, nargs + nkw) }
-    };
+    // SAFETY: the caller passes the arguments as CPython gave them.
+    let (kwnames, raw) = unsafe { vector_args(py, args, nargs, kwnames) };
+    let nkw = raw.len() - nargs;
     // SAFETY: every pointer in `raw` is a live object borrowed for this call.
     let arg = |i: usize| unsafe { Bound::from_borrowed_ptr(py, raw[i]) };
     // SAFETY: CPython's method descriptor checked that `slf` is a LoopCore instance.

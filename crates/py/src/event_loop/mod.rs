@@ -169,27 +169,31 @@ impl LoopCore {
     /// `{"loop": self}`, built on first use and reused for every Future and Task the loop
     /// creates (their C `__init__` only reads it).
     fn loop_kwargs<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
-        let py = slf.py();
-        let mut cached = slf.get().future_kwargs.borrow(py)?;
-        if let Some(d) = &*cached {
-            return Ok(d.bind(py).clone());
-        }
-        let d = PyDict::new(py);
-        d.set_item(intern!(py, "loop"), slf)?;
-        *cached = Some(d.clone().unbind());
-        Ok(d)
+        Self::cached_kwargs(slf, &slf.get().future_kwargs, false)
     }
 
     /// `context_kwargs`, built on first use (`"context"` is `None` between calls).
     fn context_kwargs<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
+        Self::cached_kwargs(slf, &slf.get().context_kwargs, true)
+    }
+
+    /// The dict in `cell`, made on first use as `{"loop": self}` (plus `"context": None` when
+    /// `with_context`).
+    fn cached_kwargs<'py>(
+        slf: &Bound<'py, Self>,
+        cell: &LoopCell<Option<Py<PyDict>>>,
+        with_context: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let py = slf.py();
-        let mut cached = slf.get().context_kwargs.borrow(py)?;
+        let mut cached = cell.borrow(py)?;
         if let Some(d) = &*cached {
             return Ok(d.bind(py).clone());
         }
         let d = PyDict::new(py);
         d.set_item(intern!(py, "loop"), slf)?;
-        d.set_item(intern!(py, "context"), py.None())?;
+        if with_context {
+            d.set_item(intern!(py, "context"), py.None())?;
+        }
         *cached = Some(d.clone().unbind());
         Ok(d)
     }

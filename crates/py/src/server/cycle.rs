@@ -233,19 +233,9 @@ impl Cycle {
         Conn::send(self.conn.bind(py), self.seq, message)
     }
 
-    /// The app task's done callback.
+    /// The app task's done callback: log its exception, answer 500 or close as
+    /// `app_finished` decides.
     fn __call__(&self, py: Python<'_>, task: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.finished(py, task)
-    }
-
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.conn)
-    }
-}
-
-impl Cycle {
-    /// The app's task is done: log its exception, answer 500 or close as `app_finished` decides.
-    pub(super) fn finished(&self, py: Python<'_>, task: &Bound<'_, PyAny>) -> PyResult<()> {
         let conn = self.conn.bind(py);
         let server = conn.get().server().bind(py).get();
         drop(server.task_done(py, task));
@@ -257,5 +247,9 @@ impl Cycle {
             Err(err) => return Err(err),
         };
         Conn::app_finished(conn, self.seq, exc.as_ref(), cancelled)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.conn)
     }
 }
