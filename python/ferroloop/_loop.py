@@ -34,13 +34,6 @@ class Loop(LoopCore, SocketOps, SignalOps, TransportOps, base_events.BaseEventLo
         super().__init__()
         self._signals_init()
         self._transports_init()
-        # asyncio's C Future and Task look ``call_soon`` up on the loop for every done callback
-        # and task step (``_asynciomodule.c: call_soon``), and each lookup binds a new method
-        # object (about 300 of its 530 instructions). One bound method kept in the instance
-        # dict is found there instead. Not when a subclass overrides ``call_soon``, so its
-        # later changes to the method are seen; ``close()`` drops it (it refers to the loop).
-        if type(self).call_soon is Loop.call_soon:
-            self.call_soon = self.call_soon  # type: ignore[method-assign]
 
     # -- running --------------------------------------------------------------------------------
 
@@ -77,7 +70,6 @@ class Loop(LoopCore, SocketOps, SignalOps, TransportOps, base_events.BaseEventLo
         super().close()
         self._close_native()
         self._transports_close()
-        self.__dict__.pop("call_soon", None)
 
     # -- called by the native core ----------------------------------------------------------
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import gc
+import inspect
+import warnings
+import weakref
 
 import pytest
 
@@ -175,10 +180,10 @@ def test_call_soon_passes_many_positional_arguments_in_order(loop):
 
 
 def test_subclass_call_soon_is_looked_up_for_task_steps_and_done_callbacks(loop_factory):
-    # asyncio's C Task and Future call loop.call_soon for each step and done callback. ferroloop
-    # keeps a bound call_soon in the instance dict, but only for a loop whose class does not
-    # override it: a subclass's method is looked up on each call, as asyncio does, so even a
-    # change made to the class after the loop was created is seen.
+    # asyncio's C Task and Future look loop.call_soon up for each step and done callback.
+    # ferroloop hands them a cached bound method, but only from its own descriptor: a subclass's
+    # method is found first and looked up on each call, as asyncio does, so even a change made
+    # to the class after the loop was created is seen.
     scheduled = []
     probe = loop_factory()
     probe.close()
@@ -216,3 +221,68 @@ def test_call_soon_of_a_closed_loop_raises(loop_factory):
     loop.close()
     with pytest.raises(RuntimeError, match="Event loop is closed"):
         loop.call_soon(print)
+
+
+def test_call_soon_replaced_on_the_loop_class_is_seen_by_an_existing_loop(loop, monkeypatch):
+    # The C Task's steps and the Future's done callbacks find the replacement too: nothing on
+    # the instance shadows the class attribute.
+    cls = type(loop)
+    original = cls.call_soon
+    scheduled = []
+
+    async def main():
+        return 1
+
+    assert loop.run_until_complete(main()) == 1  # the loop has handed out call_soon before
+
+    def recording_call_soon(self, callback, *args, context=None):
+        scheduled.append(callback)
+        return original(self, callback, *args, context=context)
+
+    monkeypatch.setattr(cls, "call_soon", recording_call_soon)
+    task = loop.create_task(main())
+    done = []
+    task.add_done_callback(done.append)
+    assert loop.run_until_complete(task) == 1
+    assert done == [task]
+    assert done.append in scheduled
+    loop.call_soon(scheduled.append, "direct")
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert "direct" in scheduled
+
+
+def test_call_soon_read_from_the_class_is_an_unbound_method(loop):
+    cls = type(loop)
+    got = []
+    handle = cls.call_soon(loop, got.append, 1)
+    assert not handle.cancelled()
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert got == [1]
+    assert cls.call_soon.__name__ == "call_soon"
+    assert {"callback", "context"} <= set(inspect.signature(cls.call_soon).parameters)
+    assert {"callback", "context"} <= set(inspect.signature(loop.call_soon).parameters)
+    with pytest.raises((TypeError, AttributeError)):  # ferroloop's type check; asyncio's lookup
+        cls.call_soon(object(), print)
+
+
+def test_a_loop_that_ran_tasks_is_collected_without_close(loop_factory):
+    # Handing out call_soon to Tasks must not keep the loop alive once nothing else refers to it.
+    loop = loop_factory()
+
+    async def main():
+        await asyncio.sleep(0)
+        running = asyncio.get_running_loop()
+        fut = running.create_future()
+        running.call_soon(fut.set_result, 2)
+        return await fut
+
+    assert loop.run_until_complete(main()) == 2
+    ref = weakref.ref(loop)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        del loop
+        for _ in range(3):
+            gc.collect()
+    assert ref() is None

@@ -105,7 +105,11 @@ pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
                 ffi::PyDescr_NewMethod(core.as_type_ptr(), std::ptr::addr_of!(def.0).cast_mut()),
             )
         }?;
-        cls.setattr(name, descr)?;
+        if name == "call_soon" {
+            cls.setattr(name, crate::cached_method::wrap(&descr, cls.cast()?)?)?;
+        } else {
+            cls.setattr(name, descr)?;
+        }
     }
     Ok(())
 }

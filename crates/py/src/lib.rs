@@ -6,6 +6,7 @@ compile_error!(
     "ferroloop's loop state relies on the GIL; free-threaded builds are not supported yet"
 );
 
+mod cached_method;
 mod cell;
 pub mod event_loop;
 mod fastcall;

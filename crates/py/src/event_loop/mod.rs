@@ -134,6 +134,10 @@ pub struct LoopCore {
     /// `set_task_factory`, read by `get_task_factory`), held here so that `create_task` reads it
     /// without a Python attribute lookup. Visited and cleared by the GC hooks.
     task_factory: LoopCell<Option<Py<PyAny>>>,
+    /// This loop's bound `call_soon`, handed out by the `call_soon` descriptor
+    /// (`cached_method.rs`) to the C `Task`/`Future` lookups instead of a new method object each
+    /// time. Visited and cleared by the GC hooks, dropped by `close()`.
+    bound_call_soon: LoopCell<Option<Py<PyAny>>>,
 }
 
 fn closed_error() -> PyErr {
@@ -170,6 +174,30 @@ impl LoopCore {
     /// creates (their C `__init__` only reads it).
     fn loop_kwargs<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
         Self::cached_kwargs(slf, &slf.get().future_kwargs, false)
+    }
+
+    /// The loop's cached bound `call_soon`, if made and not in use right now.
+    pub(crate) fn cached_call_soon(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        let cached = self.bound_call_soon.borrow(py).ok()?;
+        cached.as_ref().map(|bound| bound.clone_ref(py))
+    }
+
+    /// The loop's bound `call_soon`, made by `bind` on first use; a closed loop gets a fresh one
+    /// each time, so nothing is kept after `close()`.
+    pub(crate) fn bound_call_soon(
+        slf: &Bound<'_, Self>,
+        bind: impl FnOnce() -> PyResult<Py<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        if let Some(bound) = this.bound_call_soon.borrow(py)?.as_ref() {
+            return Ok(bound.clone_ref(py));
+        }
+        let bound = bind()?;
+        if !this.flags.closed() {
+            *this.bound_call_soon.borrow(py)? = Some(bound.clone_ref(py));
+        }
+        Ok(bound)
     }
 
     /// `context_kwargs`, built on first use (`"context"` is `None` between calls).
@@ -402,6 +430,7 @@ impl LoopCore {
             future_kwargs: LoopCell::new(None),
             context_kwargs: LoopCell::new(None),
             task_factory: LoopCell::new(None),
+            bound_call_soon: LoopCell::new(None),
         })
     }
 
@@ -791,6 +820,8 @@ impl LoopCore {
         let mut rest = Vec::new();
         self.shared.injector.drain_into(&mut rest);
         drop(rest);
+        let bound = self.bound_call_soon.borrow(py)?.take();
+        drop(bound);
         Ok(())
     }
 
@@ -838,6 +869,9 @@ impl LoopCore {
         if let Some(factory) = self.task_factory.try_borrow_for_gc() {
             visit.call(&*factory)?;
         }
+        if let Some(bound) = self.bound_call_soon.try_borrow_for_gc() {
+            visit.call(&*bound)?;
+        }
         // Handles queued by other threads but not drained yet belong to the loop too.
         let mut result = Ok(());
         self.shared.injector.peek_if_free(|queued| {
@@ -880,5 +914,10 @@ impl LoopCore {
             .try_borrow_for_gc()
             .and_then(|mut f| f.take());
         drop(factory);
+        let bound = self
+            .bound_call_soon
+            .try_borrow_for_gc()
+            .and_then(|mut b| b.take());
+        drop(bound);
     }
 }

@@ -1,0 +1,240 @@
+//! `call_soon` as a method descriptor that binds once per loop.
+//!
+//! asyncio's C `Future` and `Task` call `loop.call_soon(..., context=ctx)` for every done
+//! callback and task step, and fetch the attribute with `PyObject_GetAttr` each time
+//! (`_asynciomodule.c: call_soon`). On a plain method descriptor that binds a new method object
+//! per call. Python code (`loop.call_soon(cb)`) goes through `LOAD_METHOD` instead, which binds
+//! nothing, and which the interpreter specialises when the descriptor's type declares itself a
+//! method descriptor and the instance dict does not shadow the name.
+//!
+//! This type serves both callers. Its `__get__` on a loop returns that loop's one bound method,
+//! made on first use and kept in `LoopCore::bound_call_soon`. `Py_TPFLAGS_METHOD_DESCRIPTOR` lets
+//! `LOAD_METHOD` call it as `descr(loop, *args)`; it forwards the call to the plain method
+//! descriptor it wraps.
+//!
+//! Invariants:
+//! - `inner` is a method descriptor of `LoopCore` and `cls` a `LoopCore` subclass: owned
+//!   references, set at creation, never changed. Every call and every bind goes through it, so argument checks, the `self` type
+//!   check and error messages are the plain descriptor's.
+//! - The cached bound method refers back to its loop. `LoopCore` visits and clears it in its GC
+//!   hooks, and `close()` drops it, so a loop is never kept alive by it.
+//! - Instances are made only by [`wrap`], with the GIL held; the type forbids instantiation from
+//!   Python.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::mem::offset_of;
+use std::ptr;
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+use pyo3::Borrowed;
+
+use crate::event_loop::LoopCore;
+use crate::fastcall::entry;
+
+#[repr(C)]
+struct CachedMethod {
+    ob_base: ffi::PyObject,
+    vectorcall: Option<ffi::vectorcallfunc>,
+    inner: *mut ffi::PyObject,
+    /// The class the descriptor was installed on (a `LoopCore` subclass; owned): an instance of
+    /// exactly this class needs no subclass check.
+    cls: *mut ffi::PyTypeObject,
+}
+
+/// The inner descriptor of `obj`.
+///
+/// # Safety
+/// `obj` must be a live `CachedMethod`.
+unsafe fn inner_of(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    // SAFETY: the caller guarantees the layout; `inner` is set by `wrap` and never changed.
+    unsafe { (*obj.cast::<CachedMethod>()).inner }
+}
+
+unsafe extern "C" fn vectorcall(
+    callable: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargsf: usize,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls a vectorcall slot with the GIL held, on a live instance of this type
+    // and with the arguments as the protocol passes them; they are forwarded unchanged.
+    unsafe { ffi::PyObject_Vectorcall(inner_of(callable), args, nargsf, kwnames) }
+}
+
+unsafe extern "C" fn descr_get(
+    descr: *mut ffi::PyObject,
+    obj: *mut ffi::PyObject,
+    owner: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls `tp_descr_get` with the GIL held.
+    let py = unsafe { Python::assume_attached() };
+    // SAFETY: `descr` is a live instance of this type (it is the slot's owner).
+    let inner = unsafe { inner_of(descr) };
+    // SAFETY: `inner` is a method descriptor, whose type has `tp_descr_get`.
+    let bind = || unsafe {
+        let get = (*ffi::Py_TYPE(inner))
+            .tp_descr_get
+            .expect("a method descriptor has __get__");
+        get(inner, obj, owner)
+    };
+    // SAFETY: `Py_None` is a static object.
+    if obj.is_null() || obj == unsafe { ffi::Py_None() } {
+        // On the class: the descriptor itself, as a method descriptor returns itself.
+        // SAFETY: `descr` is live; the new reference is returned to CPython.
+        unsafe { ffi::Py_INCREF(descr) };
+        return descr;
+    }
+    // The common case, what every C `Task`/`Future` lookup reaches: a loop of the class the
+    // descriptor lives on, whose bound method is cached.
+    // SAFETY: `descr` is a live instance of this type; `obj` is a live object.
+    if unsafe { ffi::Py_TYPE(obj) == (*descr.cast::<CachedMethod>()).cls } {
+        // SAFETY: `cls` is a `LoopCore` subclass, so `obj` is a `LoopCore` instance.
+        let core = unsafe { Borrowed::from_ptr(py, obj).cast_unchecked::<LoopCore>() };
+        if let Some(bound) = core.get().cached_call_soon(py) {
+            return bound.into_ptr();
+        }
+    }
+    entry(py, || {
+        // SAFETY: `obj` is a live object, borrowed for this call.
+        let any = unsafe { Bound::from_borrowed_ptr(py, obj) };
+        let Ok(core) = any.cast::<LoopCore>() else {
+            // Not a loop: the plain descriptor raises its usual TypeError.
+            return Ok(bind());
+        };
+        LoopCore::bound_call_soon(core, || {
+            // SAFETY: `bind` returns a new reference or NULL with an exception set.
+            unsafe { Bound::from_owned_ptr_or_err(py, bind()) }.map(Bound::unbind)
+        })
+        .map(Py::into_ptr)
+    })
+}
+
+/// `__name__`, `__qualname__`, `__doc__`, `__text_signature__` and `__objclass__`: the inner
+/// descriptor's (`closure` is the attribute's name as a C string).
+unsafe extern "C" fn get_inner_attr(
+    obj: *mut ffi::PyObject,
+    closure: *mut c_void,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls getters with the GIL held on a live instance; `closure` is one of
+    // the 'static C strings in `GETSETS`.
+    unsafe { ffi::PyObject_GetAttrString(inner_of(obj), closure.cast::<c_char>()) }
+}
+
+unsafe extern "C" fn repr(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls `tp_repr` with the GIL held on a live instance.
+    unsafe { ffi::PyObject_Repr(inner_of(obj)) }
+}
+
+unsafe extern "C" fn dealloc(obj: *mut ffi::PyObject) {
+    // SAFETY: CPython calls `tp_dealloc` once, with the GIL held, when the last reference goes;
+    // `inner` is owned; a heap type's instances hold a reference to their type, released last.
+    unsafe {
+        let tp = ffi::Py_TYPE(obj);
+        ffi::Py_XDECREF(inner_of(obj));
+        ffi::Py_XDECREF((*obj.cast::<CachedMethod>()).cls.cast());
+        if let Some(free) = (*tp).tp_free {
+            free(obj.cast());
+        }
+        ffi::Py_DECREF(tp.cast());
+    }
+}
+
+const INNER_ATTRS: [&std::ffi::CStr; 5] = [
+    c"__name__",
+    c"__qualname__",
+    c"__doc__",
+    c"__text_signature__",
+    c"__objclass__",
+];
+
+/// The type, made once per interpreter.
+fn cached_method_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    static TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    TYPE.get_or_try_init(py, || {
+        // CPython keeps pointers into the member and getset tables for the type's lifetime (the
+        // process), so they are leaked once.
+        let members: &'static mut [ffi::PyMemberDef] = Box::leak(Box::new([
+            ffi::PyMemberDef {
+                name: c"__vectorcalloffset__".as_ptr(),
+                type_code: ffi::Py_T_PYSSIZET,
+                offset: offset_of!(CachedMethod, vectorcall) as ffi::Py_ssize_t,
+                flags: ffi::Py_READONLY,
+                doc: ptr::null(),
+            },
+            ffi::PyMemberDef::default(),
+        ]));
+        let mut getsets: Vec<ffi::PyGetSetDef> = INNER_ATTRS
+            .iter()
+            .map(|name| ffi::PyGetSetDef {
+                name: name.as_ptr(),
+                get: Some(get_inner_attr),
+                set: None,
+                doc: ptr::null(),
+                closure: name.as_ptr().cast_mut().cast(),
+            })
+            .collect();
+        getsets.push(ffi::PyGetSetDef::default());
+        let getsets: &'static mut [ffi::PyGetSetDef] = getsets.leak();
+        let slot = |slot: c_int, pfunc: *mut c_void| ffi::PyType_Slot { slot, pfunc };
+        let slots: &'static mut [ffi::PyType_Slot] = vec![
+            slot(ffi::Py_tp_dealloc, dealloc as *mut c_void),
+            slot(ffi::Py_tp_descr_get, descr_get as *mut c_void),
+            slot(ffi::Py_tp_call, ffi::PyVectorcall_Call as *mut c_void),
+            slot(ffi::Py_tp_repr, repr as *mut c_void),
+            slot(ffi::Py_tp_members, members.as_mut_ptr().cast()),
+            slot(ffi::Py_tp_getset, getsets.as_mut_ptr().cast()),
+            slot(0, ptr::null_mut()),
+        ]
+        .leak();
+        let mut spec = ffi::PyType_Spec {
+            name: c"ferroloop._native.cached_method".as_ptr(),
+            basicsize: c_int::try_from(size_of::<CachedMethod>()).expect("small struct"),
+            itemsize: 0,
+            flags: u32::try_from(
+                ffi::Py_TPFLAGS_DEFAULT
+                    | ffi::Py_TPFLAGS_METHOD_DESCRIPTOR
+                    | ffi::Py_TPFLAGS_HAVE_VECTORCALL
+                    | ffi::Py_TPFLAGS_IMMUTABLETYPE
+                    | ffi::Py_TPFLAGS_DISALLOW_INSTANTIATION,
+            )
+            .expect("type flags fit in 32 bits"),
+            slots: slots.as_mut_ptr(),
+        };
+        // SAFETY: we hold the GIL; the spec is read during the call, and the tables it points
+        // to live for the rest of the process.
+        let tp = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyType_FromSpec(&raw mut spec)) }?;
+        Ok(tp.cast_into::<PyType>()?.unbind())
+    })
+    .map(|tp| tp.bind(py))
+}
+
+/// Wraps the method descriptor `inner` (of `LoopCore`), to be installed on `cls` (a subclass of
+/// `LoopCore`), so that binding it to a loop returns the loop's cached bound method.
+pub(crate) fn wrap<'py>(
+    inner: &Bound<'py, PyAny>,
+    cls: &Bound<'py, PyType>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if !cls.is_subclass_of::<LoopCore>()? {
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "cached_method: the class must be a LoopCore subclass",
+        ));
+    }
+    let py = inner.py();
+    let tp = cached_method_type(py)?;
+    // SAFETY: we hold the GIL; `tp` is this module's type, whose `tp_alloc` returns a zeroed
+    // instance of `CachedMethod`'s size (or NULL with an exception set), which is initialised
+    // before it is handed out.
+    unsafe {
+        let raw = tp.as_type_ptr();
+        let alloc = (*raw).tp_alloc.unwrap_or(ffi::PyType_GenericAlloc);
+        let obj = Bound::from_owned_ptr_or_err(py, alloc(raw, 0))?;
+        let this = obj.as_ptr().cast::<CachedMethod>();
+        (*this).vectorcall = Some(vectorcall);
+        (*this).inner = inner.clone().into_ptr();
+        (*this).cls = cls.clone().into_ptr().cast();
+        Ok(obj)
+    }
+}
