@@ -134,6 +134,19 @@ def _echo_client_line(cases: list[dict]) -> list[str]:
     ]
 
 
+def _wake_floor_line(meta: dict) -> list[str]:
+    """The kernel's floor under the wake latency (benchmarks/loop/wake_floor.py), if measured."""
+    floor = meta.get("wake_floor")
+    if floor is None:
+        return []
+    if "error" in floor:
+        return [f"- wake latency floor: not measured ({floor['error']})"]
+    return [
+        f"- wake latency floor, the same wake-up in C with no Python (`wake_floor.c`, same "
+        f"pinning, median of the runs): p50 {floor['p50_us']:.2f} µs, p99 {floor['p99_us']:.2f} µs"
+    ]
+
+
 def markdown(meta: dict, cases: list[dict], tables: list[dict]) -> str:
     versions = ", ".join(
         f"{name} {info['version']} (`{info['class']}`"
@@ -160,6 +173,7 @@ def markdown(meta: dict, cases: list[dict], tables: list[dict]) -> str:
     skipped_benchmarks = meta.get("skipped_benchmarks", {})
     lines += [f"- skipped benchmark {name}: {why}" for name, why in skipped_benchmarks.items()]
     lines += _echo_client_line(cases)
+    lines += _wake_floor_line(meta)
     lines += ["", "Medians, minima and maxima are over the repeats. See benchmarks/README.md.", ""]
     for t in tables:
         lines += _table(t)

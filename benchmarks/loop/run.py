@@ -23,6 +23,7 @@ import loops
 import report
 from launch import ChildFailed, run_child
 from machine import cpu_model, cpu_pins, fmt, git_revision
+from wake_floor import measure as measure_wake_floor
 
 BENCHMARKS = (
     "call_soon",
@@ -165,6 +166,11 @@ def main(argv: list[str]) -> int:
     started, load_before = time.time(), os.getloadavg()[0]
     skipped_benchmarks: dict[str, str] = {}
     cases = run_cases(args, names, (pin0, pin1), skipped_benchmarks)
+    wake_floor = (
+        {"wake_floor": measure_wake_floor(pin0, args.repeat, args.quick)}
+        if "threadsafe" in args.only and "threadsafe" not in skipped_benchmarks
+        else {}
+    )
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
         "duration_s": round(time.time() - started, 1),
@@ -183,6 +189,7 @@ def main(argv: list[str]) -> int:
         "loops": available,
         "skipped": skipped,
         "skipped_benchmarks": skipped_benchmarks,
+        **wake_floor,
     }
     modules = {case["bench"]: importlib.import_module(case["bench"]) for case in cases}
     text = report.write_all(args.out, meta, cases, modules)
