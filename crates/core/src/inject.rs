@@ -1,16 +1,23 @@
 //! The cross-thread queue into a loop, with a coalesced wake-up.
 //!
-//! Producers on any thread call [`Injector::push`]; the loop thread calls [`Injector::prepare_sleep`]
-//! before it blocks in the poller, [`Injector::woke`] after, and [`Injector::drain_into`] to take
-//! every queued item in one batch. No GIL is involved: a Rust thread can hand work to the loop.
+//! Producers on any thread call [`Injector::push`]; the loop thread calls [`Injector::settle`] and
+//! [`Injector::prepare_sleep`] before it blocks in the poller, [`Injector::woke`] after, and
+//! [`Injector::drain_into`] to take every queued item in one batch. No GIL is involved: a Rust
+//! thread can hand work to the loop.
 //!
 //! Invariants (a Dekker-style handshake, all on `SeqCst`):
 //! - A producer publishes `pending = true` *before* it reads `sleeping`; the loop publishes
 //!   `sleeping = true` *before* it reads `pending`. So either the loop sees the item and does not
 //!   sleep, or the producer sees the sleeper and writes the eventfd. No wake-up is lost.
 //! - `notified` is true from the moment one producer decided to write the eventfd until the loop
-//!   has read it back ([`Injector::woke`] with `waker_fired`). While it is true no other producer
-//!   writes, so N producers racing a sleeping loop cost one `write(2)` and one `read(2)`.
+//!   has read it back. While it is true no other producer writes, so N producers racing a
+//!   sleeping loop cost one `write(2)` and one `read(2)`.
+//! - The read is deferred: [`Injector::woke`] only records that the eventfd fired, so the woken
+//!   loop runs the queued work first (one syscall less between the producer's write and the
+//!   callback), and [`Injector::settle`] reads it before the next poll. The loop calls `settle`
+//!   before every poll and before `prepare_sleep`, so the eventfd is never left readable under a
+//!   poll, and `notified` is reset only after the read: a push after the reset sees the loop's
+//!   next `sleeping = true` (or the loop sees it pending) as above.
 //! - Only the loop thread reads the queue; the mutex is held for a `Vec::push` or a swap, never
 //!   across a syscall or a call into Python.
 
@@ -37,6 +44,8 @@ pub struct Injector<T> {
     pending: AtomicBool,
     sleeping: AtomicBool,
     notified: AtomicBool,
+    /// Loop thread only: the eventfd fired and has not been read yet (see the invariants).
+    unread: AtomicBool,
     waker: Waker,
 }
 
@@ -47,6 +56,7 @@ impl<T> Injector<T> {
             pending: AtomicBool::new(false),
             sleeping: AtomicBool::new(false),
             notified: AtomicBool::new(false),
+            unread: AtomicBool::new(false),
             waker: Waker::new()?,
         })
     }
@@ -83,10 +93,19 @@ impl<T> Injector<T> {
         true
     }
 
-    /// Loop thread, after the poll returned. `waker_fired`: the poller reported the eventfd.
-    pub fn woke(&self, waker_fired: bool) -> io::Result<()> {
+    /// Loop thread, after the poll returned. `waker_fired`: the poller reported the eventfd,
+    /// which [`Injector::settle`] reads before the next poll.
+    pub fn woke(&self, waker_fired: bool) {
         self.sleeping.store(false, Ordering::SeqCst);
         if waker_fired {
+            self.unread.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Loop thread, before every poll: reads the eventfd if it fired since the last call, and
+    /// lets producers write it again.
+    pub fn settle(&self) -> io::Result<()> {
+        if self.unread.swap(false, Ordering::Relaxed) {
             self.waker.drain()?;
             self.notified.store(false, Ordering::SeqCst);
         }
@@ -190,9 +209,33 @@ mod tests {
             outcomes.iter().filter(|o| **o == PushOutcome::Woke).count(),
             1
         );
-        inj.woke(true).unwrap();
+        inj.woke(true);
         let mut out = Vec::new();
         assert_eq!(inj.drain_into(&mut out), 10);
+        // Until the loop has read the eventfd back, a sleeping loop needs no second write.
+        assert!(inj.prepare_sleep());
+        assert_eq!(inj.push(10).unwrap(), PushOutcome::Queued);
+        inj.woke(false);
+        inj.drain_into(&mut out);
+        inj.settle().unwrap();
+        assert!(inj.prepare_sleep());
+        assert_eq!(inj.push(11).unwrap(), PushOutcome::Woke);
+    }
+
+    #[test]
+    fn settle_reads_the_eventfd_so_the_next_poll_does_not_see_it() {
+        let inj = Injector::new().unwrap();
+        let poller = Poller::new().unwrap();
+        poller.add(inj.as_raw_fd(), 0, Interest::READ).unwrap();
+        let mut events = Events::with_capacity(4);
+        assert!(inj.prepare_sleep());
+        assert_eq!(inj.push(1).unwrap(), PushOutcome::Woke);
+        assert_eq!(poller.wait(&mut events, Some(Duration::ZERO)).unwrap(), 1);
+        inj.woke(true);
+        // Not read yet: still readable.
+        assert_eq!(poller.wait(&mut events, Some(Duration::ZERO)).unwrap(), 1);
+        inj.settle().unwrap();
+        assert_eq!(poller.wait(&mut events, Some(Duration::ZERO)).unwrap(), 0);
     }
 
     /// Threads push while the loop sleeps and wakes; every item arrives and the loop never
@@ -218,6 +261,7 @@ mod tests {
         let mut got = Vec::new();
         let mut batch = Vec::new();
         while got.len() < PER_THREAD * THREADS {
+            inj.settle().unwrap();
             let timeout = if inj.prepare_sleep() {
                 Duration::from_secs(10)
             } else {
@@ -228,7 +272,7 @@ mod tests {
                 n > 0 || timeout.is_zero(),
                 "slept through a push: lost wake-up"
             );
-            inj.woke(!events.is_empty()).unwrap();
+            inj.woke(!events.is_empty());
             inj.drain_into(&mut batch);
             got.append(&mut batch);
         }

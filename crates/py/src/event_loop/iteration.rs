@@ -26,7 +26,7 @@ impl LoopCore {
         let this = slf.get();
         let timeout = this.poll_timeout(py)?;
         let waker_fired = this.poll_and_queue(py, timeout)?;
-        this.shared.injector.woke(waker_fired)?;
+        this.shared.injector.woke(waker_fired);
         if waker_fired || this.shared.injector.has_pending() {
             Self::take_injected(slf)?;
         }
@@ -62,15 +62,19 @@ impl LoopCore {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let shared = &*self.shared;
         let waited = if timeout == Some(Duration::ZERO) {
+            shared.injector.settle()?;
             shared.poller.wait(&mut events, timeout)
         } else {
-            let t = if shared.injector.prepare_sleep() {
-                timeout
-            } else {
-                Some(Duration::ZERO)
-            };
             let events_ref = &mut *events;
-            py.detach(|| shared.poller.wait(events_ref, t))
+            py.detach(|| {
+                shared.injector.settle()?;
+                let t = if shared.injector.prepare_sleep() {
+                    timeout
+                } else {
+                    Some(Duration::ZERO)
+                };
+                shared.poller.wait(events_ref, t)
+            })
         };
         match waited {
             Ok(_) => {}
