@@ -15,6 +15,7 @@ import os
 import socket
 import ssl
 from asyncio import base_events, exceptions
+from collections.abc import Coroutine
 from typing import Any
 
 _RETRY = (BlockingIOError, InterruptedError)
@@ -55,13 +56,13 @@ class SocketOps:
         if handle is None or not handle.cancelled():
             self.remove_writer(fd)
 
-    async def _wait_readable(self, sock: socket.socket, op: Any, *args: Any) -> Any:
+    def _wait_readable(self, sock: socket.socket, op: Any, *args: Any) -> Coroutine[Any, Any, Any]:
         """Runs ``op(*args)`` each time ``sock`` is readable until it does not block."""
-        return await self._wait_ready(sock, self._add_reader, self._sock_read_done, op, args)
+        return self._wait_ready(sock, self._add_reader, self._sock_read_done, op, args)
 
-    async def _wait_writable(self, sock: socket.socket, op: Any, *args: Any) -> Any:
+    def _wait_writable(self, sock: socket.socket, op: Any, *args: Any) -> Coroutine[Any, Any, Any]:
         """Runs ``op(*args)`` each time ``sock`` is writable until it does not block."""
-        return await self._wait_ready(sock, self._add_writer, self._sock_write_done, op, args)
+        return self._wait_ready(sock, self._add_writer, self._sock_write_done, op, args)
 
     async def _wait_ready(
         self, sock: socket.socket, watch: Any, done: Any, op: Any, args: tuple[Any, ...]
