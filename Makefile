@@ -48,7 +48,7 @@ test-cpython: build ## CPython's test.test_asyncio against ferroloop; fails if t
 record-cpython: build ## Re-record the CPython suite's pass count (only ever upwards)
 	$(PY) tests/external/run_cpython_asyncio.py --record tests/external/cpython_asyncio_baseline.json
 
-test-py313: ## Our tests and CPython 3.13's asyncio suite under CPython 3.13 (built once from source; ~8 min the first time)
+test-py313: ## Our tests and CPython 3.13's asyncio suite under CPython 3.13 (built once from source; ~6 min the first time)
 	tests/py313/run.sh
 
 test-uvicorn: ## uvicorn's own test suite on asyncio and on ferroloop; fails on a regression

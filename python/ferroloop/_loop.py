@@ -102,6 +102,10 @@ class Loop(LoopCore, SocketOps, SignalOps, TransportOps, base_events.BaseEventLo
                 )
         finally:
             self._current_handle = None
+            # A traceback made under the callback links this frame (``f_back``), so the handle
+            # and its callback (a task's step: a cycle through the task's exception) would live
+            # until the next collection. asyncio's ``Handle._run`` drops ``self`` the same way.
+            del handle
 
     def _debug_check_callback(self, callback: Any, method: str) -> None:
         self._check_callback(callback, method)

@@ -151,6 +151,15 @@ class _SelectorSocketTransport(NativeCoreMixin, selector_events._SelectorSocketT
     def set_protocol(self, protocol: Any) -> None:
         self._core.set_protocol(protocol, isinstance(protocol, protocols.BufferedProtocol))
         self._protocol_connected = True
+        # asyncio's reader callback for the protocol's kind. Nothing here calls it (the core
+        # reads), but code that inspects a transport does: CPython 3.12+'s test_ssl tells a
+        # closed transport by it.
+        self._read_ready_cb = self._core
+
+    def close(self) -> None:
+        if CLOSE_CLEARS_READ_READY_CB:
+            self._read_ready_cb = None
+        super().close()
 
     def writelines(self, list_of_data: Any) -> None:
         # asyncio 3.11's WriteTransport.writelines, spelled out: later versions of the parent
@@ -178,6 +187,13 @@ class _SelectorSocketTransport(NativeCoreMixin, selector_events._SelectorSocketT
 # asyncio 3.12.1+ and 3.13 track a server's transports (`Server._attach(transport)`, for
 # `close_clients`/`abort_clients`); 3.11 only counts them (`Server._attach()`).
 _ATTACH_TAKES_TRANSPORT = len(inspect.signature(base_events.Server._attach).parameters) > 1
+
+
+# asyncio with the gh-115514 fix (CPython PR 128037: 3.12 and 3.13 releases since early 2025)
+# clears the reader callback in `_SelectorSocketTransport.close()`; 3.11 keeps it.
+CLOSE_CLEARS_READ_READY_CB = (
+    "_read_ready_cb" in selector_events._SelectorSocketTransport.close.__code__.co_names
+)
 
 
 def attach_to_server(server: Any, transport: Any) -> None:

@@ -15,6 +15,7 @@ import os
 import socket
 import ssl
 from asyncio import base_events, exceptions
+from collections.abc import Coroutine
 from typing import Any
 
 _RETRY = (BlockingIOError, InterruptedError)
@@ -55,23 +56,28 @@ class SocketOps:
         if handle is None or not handle.cancelled():
             self.remove_writer(fd)
 
-    async def _wait_readable(self, sock: socket.socket, op: Any, *args: Any) -> Any:
+    def _wait_readable(self, sock: socket.socket, op: Any, *args: Any) -> Coroutine[Any, Any, Any]:
         """Runs ``op(*args)`` each time ``sock`` is readable until it does not block."""
-        fut = self.create_future()
-        fd = sock.fileno()
-        self._ensure_fd_no_transport(fd)
-        handle = self._add_reader(fd, self._finish, fut, op, *args)
-        fut.add_done_callback(functools.partial(self._sock_read_done, fd, handle=handle))
-        return await fut
+        return self._wait_ready(sock, self._add_reader, self._sock_read_done, op, args)
 
-    async def _wait_writable(self, sock: socket.socket, op: Any, *args: Any) -> Any:
+    def _wait_writable(self, sock: socket.socket, op: Any, *args: Any) -> Coroutine[Any, Any, Any]:
         """Runs ``op(*args)`` each time ``sock`` is writable until it does not block."""
+        return self._wait_ready(sock, self._add_writer, self._sock_write_done, op, args)
+
+    async def _wait_ready(
+        self, sock: socket.socket, watch: Any, done: Any, op: Any, args: tuple[Any, ...]
+    ) -> Any:
         fut = self.create_future()
         fd = sock.fileno()
         self._ensure_fd_no_transport(fd)
-        handle = self._add_writer(fd, self._finish, fut, op, *args)
-        fut.add_done_callback(functools.partial(self._sock_write_done, fd, handle=handle))
-        return await fut
+        handle = watch(fd, self._finish, fut, op, *args)
+        fut.add_done_callback(functools.partial(done, fd, handle=handle))
+        try:
+            return await fut
+        finally:
+            # A raised error's traceback holds this frame: without the future (and the handle,
+            # whose arguments hold it) the error is not kept alive in a cycle through them.
+            del fut, handle
 
     @staticmethod
     def _finish(fut: Any, op: Any, *args: Any) -> None:
@@ -87,6 +93,8 @@ class SocketOps:
             raise
         except BaseException as exc:
             fut.set_exception(exc)
+            # The error's traceback holds this frame; no cycle through the future.
+            del fut
         else:
             fut.set_result(result)
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import subprocess
 import sys
 import threading
 import time
+from asyncio import tasks
+from typing import Any
 
 import pytest
 
@@ -282,3 +285,30 @@ def test_set_debug_while_running_takes_effect(loop):
     # Handles made after set_debug(True) record where they were created.
     assert "created at " in repr(handles[0])
     handles[0].cancel()
+
+
+@pytest.mark.parametrize("task_class", [asyncio.Task, tasks._PyTask], ids=["c-task", "py-task"])
+def test_failed_task_is_freed_once_its_step_has_run_in_debug_mode(
+    loop, exception_handler_calls, task_class
+):
+    # A task's traceback links the frames that ran its step (f_back); none of them may still
+    # hold the step's handle, or the task lives on in a reference cycle (CPython 3.13's
+    # test_futures2 test_task_exc_handler_correct_context, test_taskgroups' refcycle tests).
+    # Freed, the task reports its unretrieved exception; the collector is off, so only a
+    # plain decref can free it.
+    loop.set_debug(True)
+
+    async def fail() -> None:
+        raise ZeroDivisionError
+
+    async def main() -> list[dict[str, Any]]:
+        task_class(fail())
+        await asyncio.sleep(0)
+        return exception_handler_calls.consume()
+
+    gc.disable()
+    try:
+        (context,) = loop.run_until_complete(main())
+    finally:
+        gc.enable()
+    assert context["message"] == "Task exception was never retrieved"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import struct
 
@@ -101,6 +102,37 @@ def test_sock_connect_to_a_closed_port_is_refused(loop):
         client.setblocking(False)
         with pytest.raises(ConnectionRefusedError):
             loop.run_until_complete(loop.sock_connect(client, bound.getsockname()))
+
+
+@pytest.mark.parametrize("debug", [False, True], ids=["normal", "debug"])
+def test_refused_sock_connect_error_is_not_kept_alive_by_a_cycle(loop, refused_address, debug):
+    # The error's traceback holds the frames it passed through; a frame that still refers to
+    # the failed future makes a cycle that keeps the error alive (CPython 3.13's test_streams
+    # test_open_connection_happy_eyeball_refcycles). With the collector off, only a plain
+    # decref frees it.
+    loop.set_debug(debug)
+
+    async def connect() -> OSError | None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as client:
+            client.setblocking(False)
+            try:
+                await loop.sock_connect(client, refused_address)
+            except OSError as exc:
+                return exc
+        return None
+
+    async def main() -> list[object]:
+        error = await loop.create_task(connect())
+        assert isinstance(error, ConnectionRefusedError)
+        # Off the wake-up handle that delivered the task (its arguments hold the task).
+        await asyncio.sleep(0)
+        return gc.get_referrers(error)
+
+    gc.disable()
+    try:
+        assert loop.run_until_complete(main()) == []
+    finally:
+        gc.enable()
 
 
 def test_cancelled_sock_recv_removes_its_reader(loop, stream_pair):

@@ -22,8 +22,12 @@ VENV=.venv313
 
 if ! "$PY" -c 'import ssl, sqlite3, ctypes' 2>/dev/null; then
     echo "== building CPython $VERSION into $PREFIX (once)"
-    if ! dpkg -s libssl-dev zlib1g-dev libffi-dev libbz2-dev liblzma-dev libsqlite3-dev >/dev/null 2>&1; then
-        apt-get install -y -q libssl-dev zlib1g-dev libffi-dev libbz2-dev liblzma-dev libsqlite3-dev >/dev/null
+    # What the build needs beyond a C compiler and make (which the Rust build needs too). A
+    # fresh machine's package lists may be empty: refresh them before installing.
+    deps=(curl xz-utils pkg-config libssl-dev zlib1g-dev libffi-dev libbz2-dev liblzma-dev libsqlite3-dev)
+    if ! dpkg -s "${deps[@]}" >/dev/null 2>&1; then
+        apt-get update -q >/dev/null
+        apt-get install -y -q "${deps[@]}" >/dev/null
     fi
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT

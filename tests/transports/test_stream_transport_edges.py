@@ -18,6 +18,7 @@ import weakref
 
 import ferroloop
 import pytest
+from ferroloop._socket_transport import CLOSE_CLEARS_READ_READY_CB
 
 FILL = bytes(range(256)) * 1024  # 256 KiB
 
@@ -45,6 +46,23 @@ def test_stream_transport_is_an_asyncio_transport(loop, run, recorder, tcp_conne
         return facts
 
     assert run(main()) == (True, True, True, True, True, True)
+
+
+def test_close_clears_the_read_ready_cb_that_asyncio_code_inspects(
+    loop, run, recorder, tcp_connect
+):
+    # asyncio's private reader callback: set while open; once close() ran, None where asyncio
+    # has the gh-115514 fix (3.13 here), kept on 3.11. CPython 3.13's test_ssl reads it.
+    async def main():
+        ends = await tcp_connect(recorder, recorder)
+        transport = ends.client.transport
+        before = transport._read_ready_cb
+        await ends.close()
+        return before, transport._read_ready_cb
+
+    before, after = run(main())
+    assert callable(before)
+    assert (after is None) == CLOSE_CLEARS_READ_READY_CB
 
 
 def test_writes_after_close_are_dropped_and_warned_about_past_the_threshold(

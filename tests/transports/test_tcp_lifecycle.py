@@ -132,6 +132,46 @@ def test_close_flushes_the_write_buffer_before_connection_lost(loop, run, record
     assert ends.client.lost_exc is None
 
 
+def test_write_from_resume_writing_while_closing_reaches_the_peer(loop, run, recorder, tcp_connect):
+    # A closing transport drains its buffer; resume_writing then runs and may write more (an SSL
+    # protocol's close_notify after a backlog). That write, more than the socket takes at once,
+    # is sent before connection_lost (CPython's gh-115514; 3.13's test_ssl
+    # test_remote_shutdown_receives_trailing_data_on_slow_socket).
+    # Both more than the kernel's socket buffers on loopback take at once (4 MiB by default).
+    payload = bytes(range(256)) * 65536  # 16 MiB
+    trailer = b"trailer!" * 2097152  # 16 MiB
+
+    class WritesTrailerOnResume(recorder):
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if self.events.count("resume_writing") == 1:
+                self.transport.write(trailer)
+
+    async def main():
+        ends = await tcp_connect(recorder, WritesTrailerOnResume)
+        client = ends.client.transport
+        client.set_write_buffer_limits(high=64 * 1024, low=0)
+        ends.accepted.transport.pause_reading()
+        client.write(payload)
+        client.close()
+        ends.accepted.transport.resume_reading()
+        await ends.accepted.lost
+        await ends.client.lost
+        return ends
+
+    ends = run(main())
+    assert ends.client.events == [
+        "connection_made",
+        "pause_writing",
+        "resume_writing",
+        "pause_writing",
+        "resume_writing",
+        "connection_lost",
+    ]
+    assert bytes(ends.accepted.received) == payload + trailer
+    assert ends.client.lost_exc is None
+
+
 def test_abort_drops_the_write_buffer_and_loses_the_connection_at_once(
     loop, run, recorder, tcp_connect
 ):
