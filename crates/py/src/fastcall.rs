@@ -32,6 +32,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyString, PyTuple};
 
 use crate::event_loop::LoopCore;
+use crate::handle::CallArgs;
 
 /// A `PyMethodDef` in a static: CPython only reads it.
 pub(crate) struct MethodDef(pub(crate) ffi::PyMethodDef);
@@ -316,10 +317,10 @@ unsafe fn dispatch(
         );
     }
     let context = (nkw == 1).then(|| arg(nargs));
-    let rest = if nargs == fixed {
-        PyTuple::empty(py)
-    } else {
-        PyTuple::new(py, (fixed..nargs).map(arg))?
+    let rest = match nargs - fixed {
+        0 => CallArgs::none(py),
+        1 => CallArgs::One(arg(fixed).unbind()),
+        _ => CallArgs::Tuple(PyTuple::new(py, (fixed..nargs).map(arg))?.unbind()),
     };
     let callback = arg(fixed - 1);
     let handle: Py<PyAny> = match method {

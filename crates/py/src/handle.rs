@@ -28,10 +28,82 @@ use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
 use crate::hooks;
 
+/// A callback's positional arguments. One argument is kept without a tuple: `call_soon(cb, arg)`
+/// is the common shape (every done callback of a C `Future`, `fut.set_result` scheduled with its
+/// value), and the call is made with vectorcall, so no tuple is allocated or freed for it.
+pub(crate) enum CallArgs {
+    One(Py<PyAny>),
+    Tuple(Py<PyTuple>),
+}
+
+impl CallArgs {
+    /// No arguments (the shared empty tuple).
+    pub(crate) fn none(py: Python<'_>) -> Self {
+        Self::Tuple(PyTuple::empty(py).unbind())
+    }
+
+    /// From an argument tuple; a single argument is taken out of it.
+    pub(crate) fn from_tuple(args: Bound<'_, PyTuple>) -> PyResult<Self> {
+        Ok(if args.len() == 1 {
+            Self::One(args.get_item(0)?.unbind())
+        } else {
+            Self::Tuple(args.unbind())
+        })
+    }
+
+    /// The arguments as a tuple (asyncio's `Handle._args`); made anew for a single argument.
+    pub(crate) fn to_tuple(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        match self {
+            Self::One(a) => Ok(PyTuple::new(py, [a])?.unbind()),
+            Self::Tuple(t) => Ok(t.clone_ref(py)),
+        }
+    }
+
+    fn clone_ref(&self, py: Python<'_>) -> Self {
+        match self {
+            Self::One(a) => Self::One(a.clone_ref(py)),
+            Self::Tuple(t) => Self::Tuple(t.clone_ref(py)),
+        }
+    }
+
+    /// A `Bound` copy, to call with after the handle's state is released (dropping a `Bound`
+    /// is a plain decref; a `Py` drop checks a thread-local GIL counter first).
+    fn bind_clone<'py>(&self, py: Python<'py>) -> BoundArgs<'py> {
+        match self {
+            Self::One(a) => BoundArgs::One(a.bind(py).clone()),
+            Self::Tuple(t) => BoundArgs::Tuple(t.bind(py).clone()),
+        }
+    }
+
+    fn visit(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        match self {
+            Self::One(a) => visit.call(a),
+            Self::Tuple(t) => visit.call(t),
+        }
+    }
+}
+
+/// `CallArgs` held for one call.
+enum BoundArgs<'py> {
+    One(Bound<'py, PyAny>),
+    Tuple(Bound<'py, PyTuple>),
+}
+
+impl<'py> BoundArgs<'py> {
+    /// `callback(*args)`.
+    fn call(&self, callback: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            Self::One(a) => callback.call1((a,)),
+            Self::Tuple(t) if t.is_empty() => callback.call0(),
+            Self::Tuple(t) => callback.call1(t),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     callback: Option<Py<PyAny>>,
-    args: Option<Py<PyTuple>>,
+    args: Option<CallArgs>,
     /// The repr frozen at cancel time in debug mode (asyncio's `_repr`).
     repr: Option<Py<PyAny>>,
 }
@@ -48,7 +120,7 @@ pub struct Handle {
 impl Handle {
     pub(crate) fn new(
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: CallArgs,
         context: Py<PyAny>,
         loop_: Py<PyAny>,
         source_traceback: Option<Py<PyAny>>,
@@ -81,17 +153,11 @@ impl Handle {
             match (&g.callback, &g.args) {
                 // Bound clones: dropping them is a plain decref (a `Py` drop checks a
                 // thread-local GIL counter first).
-                (Some(c), Some(a)) => (c.bind(py).clone(), a.bind(py).clone()),
+                (Some(c), Some(a)) => (c.bind(py).clone(), a.bind_clone(py)),
                 _ => return Ok(()),
             }
         };
-        let call = || {
-            if args.is_empty() {
-                callback.call0()
-            } else {
-                callback.call1(&args)
-            }
-        };
+        let call = || args.call(&callback);
         match run_in_context(this.context.bind(py), call) {
             Ok(()) => Ok(()),
             Err(e) => report_failure(slf.as_any(), &this.loop_, e),
@@ -198,14 +264,14 @@ impl Ready {
         }
         // The report names a handle, as for any callback: made now, on this cold path.
         let args = match arg {
-            None => PyTuple::empty(py),
-            Some(a) => PyTuple::new(py, [a])?,
+            None => CallArgs::none(py),
+            Some(a) => CallArgs::One(a.clone().unbind()),
         };
         let handle = Bound::new(
             py,
             Handle::new(
                 step.clone().unbind(),
-                args.unbind(),
+                args,
                 context.clone().unbind(),
                 loop_.clone().unbind(),
                 None,
@@ -293,13 +359,11 @@ impl Handle {
     }
 
     #[getter]
-    fn _args(&self, py: Python<'_>) -> Option<Py<PyTuple>> {
-        self.inner
-            .borrow(py)
-            .ok()?
-            .args
-            .as_ref()
-            .map(|a| a.clone_ref(py))
+    fn _args(&self, py: Python<'_>) -> PyResult<Option<Py<PyTuple>>> {
+        let Ok(g) = self.inner.borrow(py) else {
+            return Ok(None);
+        };
+        g.args.as_ref().map(|a| a.to_tuple(py)).transpose()
     }
 
     #[getter]
@@ -343,7 +407,9 @@ impl Handle {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         if let Some(g) = self.inner.try_borrow_for_gc() {
             visit.call(&g.callback)?;
-            visit.call(&g.args)?;
+            if let Some(args) = &g.args {
+                args.visit(&visit)?;
+            }
             visit.call(&g.repr)?;
         }
         visit.call(&self.context)?;
@@ -463,11 +529,15 @@ fn same_call(a: &Handle, b: &Handle, py: Python<'_>) -> PyResult<bool> {
         };
         (
             g.callback.as_ref().map(|c| c.clone_ref(py)),
-            g.args.as_ref().map(|t| t.clone_ref(py).into_any()),
+            g.args.as_ref().map(|a| a.clone_ref(py)),
         )
     };
     let (ca, aa) = call_of(a);
     let (cb, ab) = call_of(b);
+    let as_tuple = |args: Option<CallArgs>| -> PyResult<Option<Py<PyAny>>> {
+        args.map(|a| a.to_tuple(py).map(Py::into_any)).transpose()
+    };
+    let (aa, ab) = (as_tuple(aa)?, as_tuple(ab)?);
     let eq = |x: Option<Py<PyAny>>, y: Option<Py<PyAny>>| -> PyResult<bool> {
         match (x, y) {
             (Some(x), Some(y)) => x.bind(py).eq(y.bind(py)),

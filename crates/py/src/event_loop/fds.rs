@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyTuple};
 
 use super::{closed_error, LoopCore};
-use crate::handle::Handle;
+use crate::handle::{CallArgs, Handle};
 
 /// One registered fd. `fileobj` is the object first registered for it (as a selector key
 /// keeps it), so the registration can still be found by that object after it was closed.
@@ -96,7 +96,14 @@ impl LoopCore {
         let method = if write { "add_writer" } else { "add_reader" };
         let handle = Py::new(
             py,
-            Self::make_handle(slf, method, callback, args, None, debug)?,
+            Self::make_handle(
+                slf,
+                method,
+                callback,
+                CallArgs::from_tuple(args)?,
+                None,
+                debug,
+            )?,
         )?;
         let old = {
             let mut st = this.state.borrow(py)?;

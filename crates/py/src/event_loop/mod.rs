@@ -36,7 +36,7 @@ mod iteration;
 use fds::{fileobj_to_fd, FdEntry};
 
 use crate::cell::LoopCell;
-use crate::handle::{Handle, Ready, TimerHandle, NOT_SCHEDULED};
+use crate::handle::{CallArgs, Handle, Ready, TimerHandle, NOT_SCHEDULED};
 use crate::sock_ops::{Kind, SocketOperation};
 use pyo3::buffer::PyUntypedBuffer;
 
@@ -243,7 +243,7 @@ impl LoopCore {
         slf: &Bound<'_, Self>,
         method: &str,
         callback: &Bound<'_, PyAny>,
-        args: Bound<'_, PyTuple>,
+        args: CallArgs,
         context: Option<Bound<'_, PyAny>>,
         debug: bool,
     ) -> PyResult<Handle> {
@@ -262,7 +262,7 @@ impl LoopCore {
         };
         Ok(Handle::new(
             callback.clone().unbind(),
-            args.unbind(),
+            args,
             context,
             slf.clone().into_any().unbind(),
             source_traceback,
@@ -283,7 +283,7 @@ impl LoopCore {
         slf: &Bound<'_, Self>,
         when: f64,
         callback: &Bound<'_, PyAny>,
-        args: Bound<'_, PyTuple>,
+        args: CallArgs,
         context: Option<Bound<'_, PyAny>>,
         method: &str,
     ) -> PyResult<Py<TimerHandle>> {
@@ -314,7 +314,7 @@ impl LoopCore {
     pub(crate) fn call_soon_impl(
         slf: &Bound<'_, Self>,
         callback: &Bound<'_, PyAny>,
-        args: Bound<'_, PyTuple>,
+        args: CallArgs,
         context: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Py<Handle>> {
         let py = slf.py();
@@ -332,10 +332,14 @@ impl LoopCore {
         // task. Not in debug mode, where handles carry tracebacks and slow-callback reports.
         if !debug {
             if let Some(ctx) = context.as_ref().filter(|c| !c.is_none()) {
-                let arg = match args.len() {
-                    0 if crate::hooks::is_task_step(callback) => Some(None),
-                    1 if crate::hooks::is_task_wakeup(callback) => {
-                        Some(Some(args.get_item(0)?.unbind()))
+                let arg = match &args {
+                    CallArgs::Tuple(t)
+                        if t.bind(py).is_empty() && crate::hooks::is_task_step(callback) =>
+                    {
+                        Some(None)
+                    }
+                    CallArgs::One(a) if crate::hooks::is_task_wakeup(callback) => {
+                        Some(Some(a.clone_ref(py)))
                     }
                     _ => None,
                 };
@@ -368,7 +372,7 @@ impl LoopCore {
         slf: &Bound<'_, Self>,
         delay: &Bound<'_, PyAny>,
         callback: &Bound<'_, PyAny>,
-        args: Bound<'_, PyTuple>,
+        args: CallArgs,
         context: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Py<TimerHandle>> {
         if delay.is_none() {
@@ -384,7 +388,7 @@ impl LoopCore {
         slf: &Bound<'_, Self>,
         when: &Bound<'_, PyAny>,
         callback: &Bound<'_, PyAny>,
-        args: Bound<'_, PyTuple>,
+        args: CallArgs,
         context: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Py<TimerHandle>> {
         if when.is_none() {
@@ -446,7 +450,7 @@ impl LoopCore {
         args: Bound<'_, PyTuple>,
         context: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        Self::call_soon_impl(slf, callback, args, context)
+        Self::call_soon_impl(slf, callback, CallArgs::from_tuple(args)?, context)
     }
 
     #[pyo3(signature = (callback, *args, context=None))]
@@ -464,7 +468,14 @@ impl LoopCore {
         let debug = this.flags.debug();
         let handle = Py::new(
             py,
-            Self::make_handle(slf, "call_soon_threadsafe", callback, args, context, debug)?,
+            Self::make_handle(
+                slf,
+                "call_soon_threadsafe",
+                callback,
+                CallArgs::from_tuple(args)?,
+                context,
+                debug,
+            )?,
         )?;
         let tid = this.state.borrow(py)?.thread_id;
         if tid.is_none_or(|t| t == current_thread_ident()) {
@@ -492,7 +503,7 @@ impl LoopCore {
         args: Bound<'_, PyTuple>,
         context: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Py<TimerHandle>> {
-        Self::call_later_impl(slf, delay, callback, args, context)
+        Self::call_later_impl(slf, delay, callback, CallArgs::from_tuple(args)?, context)
     }
 
     #[pyo3(signature = (when, callback, *args, context=None))]
@@ -503,7 +514,7 @@ impl LoopCore {
         args: Bound<'_, PyTuple>,
         context: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Py<TimerHandle>> {
-        Self::call_at_impl(slf, when, callback, args, context)
+        Self::call_at_impl(slf, when, callback, CallArgs::from_tuple(args)?, context)
     }
 
     /// `asyncio.Future(loop=self)`, without a Python frame in between.

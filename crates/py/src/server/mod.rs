@@ -537,7 +537,7 @@ impl HttpServer {
             slf.get().loop_.bind(py),
             delay.as_any(),
             &method,
-            PyTuple::empty(py),
+            crate::handle::CallArgs::none(py),
             None,
         )?;
         Ok(timer.into_any())
