@@ -110,6 +110,11 @@ class Loop(LoopCore, SocketOps, SignalOps, TransportOps, base_events.BaseEventLo
                 )
         finally:
             self._current_handle = None
+            # An exception raised below keeps this frame alive through its traceback (f_back);
+            # without this, the frame would keep the handle, its callback (a task's step) and
+            # so the task alive, and a failed task would not report when dropped (as asyncio's
+            # ``Handle._run``, which ends with ``self = None``).
+            handle = None  # type: ignore[assignment]
 
     def _debug_check_callback(self, callback: Any, method: str) -> None:
         self._check_callback(callback, method)

@@ -282,3 +282,24 @@ def test_set_debug_while_running_takes_effect(loop):
     # Handles made after set_debug(True) record where they were created.
     assert "created at " in repr(handles[0])
     handles[0].cancel()
+
+
+@pytest.mark.parametrize("task_class", ["C", "Py"])
+def test_failed_task_dropped_in_debug_mode_reports_before_the_next_step(
+    loop, exception_handler_calls, task_class
+):
+    """The step that failed must not outlive its run: a dropped task whose exception nobody
+    retrieved reports it when freed, before the coroutine that dropped it runs again
+    (CPython's ``test_futures2.test_task_exc_handler_correct_context`` runs in debug mode)."""
+    task_type = getattr(asyncio.tasks, f"_{task_class}Task")
+    loop.set_debug(True)
+
+    async def fail():
+        raise ZeroDivisionError
+
+    async def main():
+        task_type(fail(), loop=loop)
+        await asyncio.sleep(0)
+        return [context["message"] for context in exception_handler_calls.consume()]
+
+    assert loop.run_until_complete(main()) == ["Task exception was never retrieved"]
