@@ -11,7 +11,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv build run run-echo bench-http bench-workers bench-instructions test test-py313 test-rust test-python test-cpython record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
+.PHONY: help venv build run run-echo bench-http bench-workers bench-instructions test test-py312 test-py313 test-rust test-python test-cpython record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -48,8 +48,11 @@ test-cpython: build ## CPython's test.test_asyncio against ferroloop; fails if t
 record-cpython: build ## Re-record the CPython suite's pass count (only ever upwards)
 	$(PY) tests/external/run_cpython_asyncio.py --record tests/external/cpython_asyncio_baseline.json
 
+test-py312: ## Our tests and CPython 3.12's asyncio suite under CPython 3.12 (built once from source; ~6 min the first time)
+	tests/pyver/run.sh 3.12
+
 test-py313: ## Our tests and CPython 3.13's asyncio suite under CPython 3.13 (built once from source; ~6 min the first time)
-	tests/py313/run.sh
+	tests/pyver/run.sh 3.13
 
 test-uvicorn: ## uvicorn's own test suite on asyncio and on ferroloop; fails on a regression
 	$(PYTHON) tests/external/uvicorn/run.py --check

@@ -184,8 +184,8 @@ class _SelectorSocketTransport(NativeCoreMixin, selector_events._SelectorSocketT
         return waiter
 
 
-# asyncio 3.12.1+ and 3.13 track a server's transports (`Server._attach(transport)`, for
-# `close_clients`/`abort_clients`); 3.11 only counts them (`Server._attach()`).
+# asyncio 3.13 tracks a server's transports (`Server._attach(transport)`, for
+# `close_clients`/`abort_clients`); 3.11 and 3.12.3 only count them (`Server._attach()`).
 _ATTACH_TAKES_TRANSPORT = len(inspect.signature(base_events.Server._attach).parameters) > 1
 
 

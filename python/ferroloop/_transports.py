@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import selectors
 import socket
+import sys
 import weakref
 from asyncio import constants, selector_events, sslproto, unix_events
 from asyncio.log import logger
@@ -39,6 +40,10 @@ _FROM_SELECTOR_LOOP = (
     "_ensure_fd_no_transport",
     "_sendfile_native",
 )
+
+# asyncio 3.12+ refuses to build a transport on a socket that another transport of the loop
+# already uses ("File descriptor ... is used by transport ..."); 3.11 does not check.
+_CHECKS_FD_FOR_NEW_TRANSPORTS = sys.version_info >= (3, 12)
 
 # Methods of asyncio.unix_events._UnixSelectorEventLoop used as they are.
 _FROM_UNIX_LOOP = (
@@ -107,6 +112,7 @@ class TransportOps:
         self, sock: Any, protocol: Any, waiter: Any = None, *, extra: Any = None, server: Any = None
     ) -> Any:
         """The native transport for plain stream sockets; asyncio's class for anything else."""
+        self._check_no_transport(sock)
         cls = (
             _SelectorSocketTransport
             if native_capable(sock)
@@ -118,6 +124,7 @@ class TransportOps:
         self, sock: Any, protocol: Any, address: Any = None, waiter: Any = None, extra: Any = None
     ) -> Any:
         """The native transport for plain datagram sockets; asyncio's class for anything else."""
+        self._check_no_transport(sock)
         cls = (
             _SelectorDatagramTransport
             if native_capable(sock, socket.SOCK_DGRAM)
@@ -153,6 +160,7 @@ class TransportOps:
     ) -> Any:
         """asyncio's TLS layering (``sslproto.SSLProtocol`` over a socket transport), with the
         socket transport chosen as ``_make_socket_transport`` chooses it (native when it can)."""
+        self._check_no_transport(rawsock)
         ssl_protocol = sslproto.SSLProtocol(
             self,
             protocol,
@@ -165,6 +173,12 @@ class TransportOps:
         )
         self._make_socket_transport(rawsock, ssl_protocol, extra=extra, server=server)
         return ssl_protocol._app_transport
+
+    def _check_no_transport(self, sock: Any) -> None:
+        """As the running asyncio's ``_make_*_transport``: on 3.12+, ``RuntimeError`` if a
+        transport of this loop already uses the socket's fd."""
+        if _CHECKS_FD_FOR_NEW_TRANSPORTS:
+            self._ensure_fd_no_transport(sock)  # type: ignore[attr-defined]
 
     def _transports_close(self) -> None:
         # As asyncio's selector loop: a closed loop has no selector (transport reprs say "open").

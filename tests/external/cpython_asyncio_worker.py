@@ -200,6 +200,9 @@ MODULES: dict[str, Selection] = {
     "test_futures2": Selection(),
     "test_threads": Selection(),
 }
+if sys.version_info >= (3, 12):
+    # Eager task factories (new in 3.12): every class takes its loop from the policy.
+    MODULES["test_eager_task_factory"] = Selection()
 
 
 class LoopCounter:

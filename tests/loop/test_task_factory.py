@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 
 import pytest
 
@@ -111,3 +112,32 @@ def test_task_factory_attribute_set_directly_is_used_and_reset(loop):
     plain = loop.create_task(main())
     assert type(plain) is asyncio.Task
     assert loop.run_until_complete(plain) == "done"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="eager task factories are new in 3.12")
+def test_eager_task_factory_runs_the_first_step_inside_create_task(loop):
+    steps = []
+
+    async def finishes_at_once():
+        steps.append(asyncio.current_task())
+        return "at once"
+
+    async def suspends():
+        steps.append("first step")
+        await asyncio.sleep(0)
+        steps.append("second step")
+        return "later"
+
+    async def main():
+        first = loop.create_task(finishes_at_once())
+        facts = [first.done(), first.result(), steps == [first]]
+        second = loop.create_task(suspends())
+        facts += [second.done(), steps[-1]]
+        return facts, await second
+
+    loop.set_task_factory(asyncio.eager_task_factory)
+    assert loop.run_until_complete(main()) == (
+        [True, "at once", True, False, "first step"],
+        "later",
+    )
+    assert steps[-1] == "second step"

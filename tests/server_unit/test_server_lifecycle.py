@@ -184,14 +184,18 @@ def test_lifespan_failure_exits_3_without_serving(fake_http_server, caplog):
     assert not server.started
 
 
-def test_given_sockets_are_used_and_not_announced(fake_http_server, caplog):
+@pytest.mark.parametrize("blocking", [False, True])
+def test_given_sockets_are_used_non_blocking_and_not_announced(fake_http_server, caplog, blocking):
+    """A blocking listener is made non-blocking (as asyncio's ``create_server(sock=...)`` does):
+    the native accept would otherwise block the whole loop in ``accept()``."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()
-    sock.setblocking(False)
+    sock.setblocking(blocking)
     server = make_server(fake_http_server)
     drive(server, sockets=[sock])
     assert fake_http_server.instances[0].sock is sock
+    assert not sock.getblocking()
     assert sock.fileno() == -1
     assert "ferroloop running on" not in caplog.text
 

@@ -1,7 +1,8 @@
 """A transport owns its file descriptor: the loop refuses readers, writers and sock_* waits on it.
 
 asyncio checks ownership (``_ensure_fd_no_transport``) in add_reader/add_writer/remove_*,
-and in the sock_* methods at the moment they would have to wait for readiness.
+in the sock_* methods at the moment they would have to wait for readiness, and, from 3.12 on,
+when a second transport would be built on the socket.
 """
 
 from __future__ import annotations
@@ -9,10 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import sys
 
 import pytest
 
 OWNED = "is used by transport"
+
+checked_from_312 = pytest.mark.skipif(
+    sys.version_info < (3, 12), reason="asyncio checks new transports' fds from 3.12 on"
+)
 
 
 @pytest.fixture
@@ -130,23 +136,48 @@ def test_transport_still_receives_after_a_sock_recv_on_its_socket(loop, run, own
     assert run(main(), timeout=0.5) == b"for the transport"
 
 
-def test_sock_recvfrom_that_must_wait_on_a_datagram_transport_socket_raises(
-    loop, run, exception_handler_calls
-):
+@pytest.fixture
+def owned_datagram_socket(loop, run):
+    """A bound UDP socket handed to create_datagram_endpoint(sock=...)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", 0))
+    transport, _ = run(loop.create_datagram_endpoint(asyncio.DatagramProtocol, sock=sock))
+    yield sock
+
+    async def close():
+        transport.close()
+        await asyncio.sleep(0)
+
+    run(close())
+
+
+def test_sock_recvfrom_that_must_wait_on_a_datagram_transport_socket_raises(
+    loop, run, owned_datagram_socket
+):
+    async def main():
+        with pytest.raises(RuntimeError, match=OWNED):
+            await asyncio.wait_for(loop.sock_recvfrom(owned_datagram_socket, 100), 0.5)
+
+    run(main())
+
+
+@checked_from_312
+def test_a_second_stream_transport_on_a_transport_socket_raises(loop, run, recorder, owned_socket):
+    sock, _, _ = owned_socket
 
     async def main():
-        transport, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, sock=sock)
-        try:
-            with pytest.raises(RuntimeError, match=OWNED):
-                await asyncio.wait_for(loop.sock_recvfrom(sock, 100), 0.5)
-        finally:
-            transport.close()
-            await asyncio.sleep(0)
+        with pytest.raises(RuntimeError, match=OWNED):
+            await loop.connect_accepted_socket(recorder, sock)
 
-    try:
-        run(main())
-    finally:
-        unexpected = exception_handler_calls.consume()
-    assert unexpected == []
+    run(main())
+
+
+@checked_from_312
+def test_a_second_datagram_transport_on_a_transport_socket_raises(loop, run, owned_datagram_socket):
+    async def main():
+        with pytest.raises(RuntimeError, match=OWNED):
+            await loop.create_datagram_endpoint(
+                asyncio.DatagramProtocol, sock=owned_datagram_socket
+            )
+
+    run(main())

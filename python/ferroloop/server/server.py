@@ -117,6 +117,10 @@ class Server:
 
         self._owns_sockets = sockets is None
         listeners = bind_sockets(config) if sockets is None else list(sockets)
+        for sock in listeners:
+            # The native accept runs on the loop's thread: a caller's blocking listener would
+            # block the whole loop in accept() (asyncio's create_server(sock=...) does the same).
+            sock.setblocking(False)
 
         self.lifespan = Lifespan(config.loaded_app, config.lifespan, config.asgi_version)
         await self.lifespan.startup()

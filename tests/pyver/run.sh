@@ -1,24 +1,43 @@
 #!/usr/bin/env bash
-# Our test suite (pytest) and CPython 3.13's own asyncio suite on ferroloop, under CPython 3.13.
+# Our test suite (pytest) and CPython's own asyncio suite on ferroloop, under CPython 3.12 or 3.13.
 #
-#   tests/py313/run.sh
+#   tests/pyver/run.sh 3.12        (make test-py312)
+#   tests/pyver/run.sh 3.13        (make test-py313)
 #
 # This machine's Python is 3.11; asyncio changed in 3.12 and 3.13 (Server._attach(transport),
 # Unix socket files removed on close, callback arguments hidden from reprs outside debug mode,
 # ...), so ferroloop's transports, which subclass asyncio's classes, are checked here too.
-# CPython 3.13 is built once from Debian's source tarball (the upstream release, reachable
-# through the Debian mirror) into $PY313_PREFIX (default ~/.cache/ferroloop/py313, about 4 min
-# on 2 cores), then a venv (.venv313) gets the test tools and ferroloop built for 3.13
-# (cargo target dir target/py313, so the 3.11 build is not invalidated).
+# CPython is built once from a distribution's copy of the upstream source release (the
+# .orig.tar.xz, pinned by its sha256) into $PY312_PREFIX / $PY313_PREFIX (default
+# ~/.cache/ferroloop/py312, .../py313; about 4 min on 2 cores), then a venv (.venv312,
+# .venv313) gets the test tools and ferroloop built for that Python (cargo target dir
+# target/py312, target/py313, so the 3.11 build is not invalidated). The baseline of CPython's
+# suite and what does not pass are in tests/py312/, tests/py313/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-VERSION=3.13.5
-SHA256=93e583f243454e6e9e4588ca2c2662206ad961659863277afcdb96801647d640
-URL="http://deb.debian.org/debian/pool/main/p/python3.13/python3.13_${VERSION}.orig.tar.xz"
-PREFIX="${PY313_PREFIX:-$HOME/.cache/ferroloop/py313}"
-PY="$PREFIX/bin/python3.13"
-VENV=.venv313
+case "${1:-}" in
+3.12)
+    # Debian's pool no longer has 3.12; Ubuntu noble's is the newest 3.12 orig tarball there.
+    VERSION=3.12.3
+    SHA256=56bfef1fdfc1221ce6720e43a661e3eb41785dd914ce99698d8c7896af4bdaa1
+    URL="http://archive.ubuntu.com/ubuntu/pool/main/p/python3.12/python3.12_${VERSION}.orig.tar.xz"
+    PREFIX="${PY312_PREFIX:-$HOME/.cache/ferroloop/py312}"
+    ;;
+3.13)
+    VERSION=3.13.5
+    SHA256=93e583f243454e6e9e4588ca2c2662206ad961659863277afcdb96801647d640
+    URL="http://deb.debian.org/debian/pool/main/p/python3.13/python3.13_${VERSION}.orig.tar.xz"
+    PREFIX="${PY313_PREFIX:-$HOME/.cache/ferroloop/py313}"
+    ;;
+*)
+    echo "usage: $0 3.12|3.13" >&2
+    exit 2
+    ;;
+esac
+TAG="py${1/./}"
+PY="$PREFIX/bin/python$1"
+VENV=".venv${1/./}"
 
 if ! "$PY" -c 'import ssl, sqlite3, ctypes' 2>/dev/null; then
     echo "== building CPython $VERSION into $PREFIX (once)"
@@ -46,10 +65,10 @@ if [ ! -x "$VENV/bin/python" ]; then
         starlette aiohttp websockets anyio trustme
 fi
 echo "== building ferroloop for $("$VENV/bin/python" --version)"
-VIRTUAL_ENV="$PWD/$VENV" PATH="$PWD/$VENV/bin:$PATH" CARGO_TARGET_DIR=target/py313 \
+VIRTUAL_ENV="$PWD/$VENV" PATH="$PWD/$VENV/bin:$PATH" CARGO_TARGET_DIR="target/$TAG" \
     "$VENV/bin/maturin" develop --release -q
 
 echo "== CPython $VERSION's asyncio suite on ferroloop"
-"$VENV/bin/python" tests/external/run_cpython_asyncio.py --check tests/py313/cpython_asyncio_baseline.json
-echo "== our tests under $VERSION (what differs from 3.11: tests/py313/EXCEPTIONS.md, docs/usage.md)"
+"$VENV/bin/python" tests/external/run_cpython_asyncio.py --check "tests/$TAG/cpython_asyncio_baseline.json"
+echo "== our tests under $VERSION (what differs from 3.11: tests/$TAG/EXCEPTIONS.md, docs/usage.md)"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests
