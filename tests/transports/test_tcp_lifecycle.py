@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+
+import ferroloop
+import pytest
 
 
 def test_callbacks_run_once_in_order_on_both_sides(loop, run, recorder, tcp_connect):
@@ -138,6 +142,10 @@ def test_write_from_resume_writing_while_closing_reaches_the_peer(loop, run, rec
     # is sent before connection_lost (CPython's gh-115514; 3.13's test_ssl
     # test_remote_shutdown_receives_trailing_data_on_slow_socket).
     # Both more than the kernel's socket buffers on loopback take at once (4 MiB by default).
+    if sys.version_info[:2] == (3, 12) and not isinstance(loop, ferroloop.Loop):
+        # asyncio 3.12.3 (the 3.12 that `make test-py312` builds) grows without bound on this
+        # test: the kernel's OOM killer stopped it at 24 GB. 3.11's and 3.13's asyncio pass it.
+        pytest.skip("asyncio 3.12.3's transport grows without bound on this write")
     payload = bytes(range(256)) * 65536  # 16 MiB
     trailer = b"trailer!" * 2097152  # 16 MiB
 
