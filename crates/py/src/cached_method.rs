@@ -87,24 +87,22 @@ unsafe extern "C" fn descr_get(
         unsafe { ffi::Py_INCREF(descr) };
         return descr;
     }
-    // The common case, what every C `Task`/`Future` lookup reaches: a loop of the class the
-    // descriptor lives on, whose bound method is cached.
-    // SAFETY: `descr` is a live instance of this type; `obj` is a live object.
-    if unsafe { ffi::Py_TYPE(obj) == (*descr.cast::<CachedMethod>()).cls } {
-        // SAFETY: `cls` is a `LoopCore` subclass, so `obj` is a `LoopCore` instance.
-        let core = unsafe { Borrowed::from_ptr(py, obj).cast_unchecked::<LoopCore>() };
-        if let Some(bound) = core.get().cached_call_soon(py) {
-            return bound.into_ptr();
-        }
-    }
     entry(py, || {
         // SAFETY: `obj` is a live object, borrowed for this call.
-        let any = unsafe { Bound::from_borrowed_ptr(py, obj) };
-        let Ok(core) = any.cast::<LoopCore>() else {
+        let any = unsafe { Borrowed::from_ptr(py, obj) };
+        // An instance of exactly the class the descriptor lives on (what every C `Task`/`Future`
+        // lookup reaches) needs no subclass check.
+        // SAFETY: `descr` is a live instance of this type, and its `cls` a `LoopCore` subclass.
+        let core = if unsafe { ffi::Py_TYPE(obj) == (*descr.cast::<CachedMethod>()).cls } {
+            // SAFETY: as just said, `obj` is a `LoopCore` instance.
+            unsafe { any.cast_unchecked::<LoopCore>() }
+        } else if let Ok(core) = any.cast::<LoopCore>() {
+            core
+        } else {
             // Not a loop: the plain descriptor raises its usual TypeError.
             return Ok(bind());
         };
-        LoopCore::bound_call_soon(core, || {
+        LoopCore::bound_call_soon(&core, || {
             // SAFETY: `bind` returns a new reference or NULL with an exception set.
             unsafe { Bound::from_owned_ptr_or_err(py, bind()) }.map(Bound::unbind)
         })
@@ -119,7 +117,7 @@ unsafe extern "C" fn get_inner_attr(
     closure: *mut c_void,
 ) -> *mut ffi::PyObject {
     // SAFETY: CPython calls getters with the GIL held on a live instance; `closure` is one of
-    // the 'static C strings in `GETSETS`.
+    // the 'static C strings in `INNER_ATTRS`.
     unsafe { ffi::PyObject_GetAttrString(inner_of(obj), closure.cast::<c_char>()) }
 }
 

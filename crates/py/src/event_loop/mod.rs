@@ -176,12 +176,6 @@ impl LoopCore {
         Self::cached_kwargs(slf, &slf.get().future_kwargs, false)
     }
 
-    /// The loop's cached bound `call_soon`, if made and not in use right now.
-    pub(crate) fn cached_call_soon(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        let cached = self.bound_call_soon.borrow(py).ok()?;
-        cached.as_ref().map(|bound| bound.clone_ref(py))
-    }
-
     /// The loop's bound `call_soon`, made by `bind` on first use; a closed loop gets a fresh one
     /// each time, so nothing is kept after `close()`.
     pub(crate) fn bound_call_soon(
