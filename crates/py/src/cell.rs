@@ -43,6 +43,12 @@ impl<T> LoopCell<T> {
         }
     }
 
+    /// The value, through an exclusive reference to the cell (no flag needed: nothing else can
+    /// reach it).
+    pub fn get_mut(&mut self) -> &mut T {
+        self.value.get_mut()
+    }
+
     /// Borrows the state or explains why it cannot.
     pub fn borrow(&self, _py: Python<'_>) -> PyResult<Guard<'_, T>> {
         self.try_borrow_for_gc().ok_or_else(|| {

@@ -152,22 +152,31 @@ impl LoopCore {
                     Handle::run(&handle)
                 }
             }
-            // Queued before debug mode was switched on, if at all: run as they are.
+            // Queued before debug mode was switched on, if at all: run as they are. Taken as
+            // `Bound`s, so that releasing them is a plain decref (a `Py` drop first reads a
+            // thread-local GIL counter).
             Ready::Step { step, arg, context } => Ready::run_step(
                 slf.as_any(),
-                step.bind(py),
-                arg.as_ref().map(|a| a.bind(py)),
-                context.bind(py),
+                &step.into_bound(py),
+                arg.map(|a| a.into_bound(py)).as_ref(),
+                &context.into_bound(py),
             ),
         }
     }
 
     /// Moves everything injected so far into the loop: handles join the ready queue in push
-    /// order, Rust tasks wait in `injected_tasks` for `take_injected`.
+    /// order, Rust tasks wait in `injected_tasks` for `take_injected`. Inlined check: every
+    /// `call_soon` asks, and usually nothing is pending.
+    #[inline]
     pub(super) fn drain_injector(&self, py: Python<'_>) -> PyResult<()> {
         if !self.shared.injector.has_pending() {
             return Ok(());
         }
+        self.drain_pending(py)
+    }
+
+    #[inline(never)]
+    fn drain_pending(&self, py: Python<'_>) -> PyResult<()> {
         let mut batch = Vec::new();
         self.shared.injector.drain_into(&mut batch);
         let mut tasks = self
