@@ -322,3 +322,13 @@ def test_float_write_buffer_limits_are_kept_and_compared_as_numbers(
         return limits, paused
 
     assert run(main()) == ((250.0, 1000.5), 1)
+
+
+@pytest.mark.parametrize("name", ["StreamCore", "DatagramCore"])
+def test_native_transport_cores_cannot_be_built_from_python(name):
+    # Both cores get their constructor from one definition (core_pymethods! in
+    # crates/py/src/transport/shared.rs); each must still name itself.
+    core_class = getattr(ferroloop._native, name)
+    message = rf"^{name} objects are created by the transport \({name}\._attach\)$"
+    with pytest.raises(TypeError, match=message):
+        core_class()

@@ -17,8 +17,9 @@
 //!   registered by `sendto` when a datagram is queued and removed when the queue drains, by
 //!   `_force_close`, or by `_call_connection_lost` (a queue left by a send after `close()`), so
 //!   neither outlives the socket.
-//! - **State** (`DatagramState`) is the single copy of `_protocol`, `_conn_lost`, `_closing` and
-//!   the queue; it is borrowed only between Python calls.
+//! - **State** (`DatagramState`) is the single copy of `_protocol`, `_conn_lost`, `_closing` (its
+//!   `SharedState`, with the accessors every core gets from `core_pymethods!`) and the queue; it
+//!   is borrowed only between Python calls.
 //! - **Reads**: one `recvfrom` of up to 256 KiB into the per-thread buffer, then one `bytes` and
 //!   the address in `socket.recvfrom`'s form (`sockaddr.rs`) go to `datagram_received`.
 //!   Exceptions from the protocol leave the callback, as in asyncio (the loop reports them).
@@ -32,7 +33,7 @@ use std::os::fd::RawFd;
 
 use ferroloop_core::sys::{cvt, cvt_retry};
 use pyo3::exceptions::{
-    PyBlockingIOError, PyInterruptedError, PyOSError, PyRuntimeError, PyTypeError, PyValueError,
+    PyBlockingIOError, PyInterruptedError, PyOSError, PyRuntimeError, PyValueError,
 };
 use pyo3::gc::PyVisit;
 use pyo3::intern;
@@ -42,9 +43,10 @@ use pyo3::PyTraverseError;
 
 use super::read::with_read_buf;
 use super::read::MAX_READ;
+use super::shared::{OwnObjects, SharedState};
 use super::sockaddr::SockAddr;
 use super::write::{warn_write_after_lost, Data, LOG_THRESHOLD_FOR_CONNLOST_WRITES};
-use super::{get_object, put_object, Attached};
+use super::Attached;
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
 use crate::sock_ops::os_error;
@@ -62,17 +64,36 @@ struct Queued {
 }
 
 struct DatagramState {
-    protocol: Option<Py<PyAny>>,
-    /// The Python transport, for the cold paths (errors, flow control, closing).
-    transport: Option<Py<PyAny>>,
+    /// `_protocol`, `_conn_lost`, `_closing` and the Python transport.
+    shared: SharedState,
     /// The `socket.socket`; `None` once it is closed (see the invariants).
     sock: Option<Py<PyAny>>,
     /// asyncio's `_address` (the `remote_addr`), kept only when truthy, as asyncio tests it.
     address: Option<Py<PyAny>>,
     queue: VecDeque<Queued>,
     queued_bytes: usize,
-    conn_lost: u64,
-    closing: bool,
+}
+
+impl OwnObjects for DatagramState {
+    type Taken = (Option<Py<PyAny>>, Option<Py<PyAny>>, VecDeque<Queued>);
+
+    fn traverse_own(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.sock)?;
+        visit.call(&self.address)?;
+        for q in &self.queue {
+            visit.call(&q.addr)?;
+        }
+        Ok(())
+    }
+
+    fn take_own(&mut self) -> Self::Taken {
+        self.queued_bytes = 0;
+        (
+            self.sock.take(),
+            self.address.take(),
+            std::mem::take(&mut self.queue),
+        )
+    }
 }
 
 #[pyclass(module = "ferroloop._native", name = "DatagramCore", frozen)]
@@ -120,19 +141,13 @@ impl Sent {
     }
 }
 
-impl Attached for DatagramCore {
-    fn attached<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let st = self.state.borrow(py)?;
-        Ok(st.transport.as_ref().map(|t| t.bind(py).clone()))
-    }
-}
-
 impl DatagramCore {
     /// The protocol's `error_received(exc)`; its own exceptions leave the callback.
     fn error_received(&self, py: Python<'_>, err: PyErr) -> PyResult<()> {
         let protocol = self
             .state
             .borrow(py)?
+            .shared
             .protocol
             .as_ref()
             .map(|p| p.clone_ref(py));
@@ -218,10 +233,10 @@ impl DatagramCore {
     fn on_readable(&self, py: Python<'_>) -> PyResult<()> {
         let protocol = {
             let st = self.state.borrow(py)?;
-            if st.conn_lost > 0 || st.sock.is_none() {
+            if st.shared.conn_lost > 0 || st.sock.is_none() {
                 return Ok(());
             }
-            match st.protocol.as_ref() {
+            match st.shared.protocol.as_ref() {
                 Some(p) => p.clone_ref(py),
                 None => return Ok(()),
             }
@@ -306,7 +321,7 @@ impl DatagramCore {
         this.call_transport(py, intern!(py, "_maybe_resume_protocol"), ())?; // may queue more
         let (drained, closing) = {
             let st = this.state.borrow(py)?;
-            (st.queue.is_empty(), st.closing)
+            (st.queue.is_empty(), st.shared.closing)
         };
         if drained {
             Self::set_writer(slf, false)?;
@@ -337,7 +352,7 @@ impl DatagramCore {
             let st = this.state.borrow(py)?;
             (
                 st.address.as_ref().map(|a| a.clone_ref(py)),
-                st.conn_lost,
+                st.shared.conn_lost,
                 !st.queue.is_empty(),
             )
         };
@@ -356,7 +371,7 @@ impl DatagramCore {
                     if conn_lost >= LOG_THRESHOLD_FOR_CONNLOST_WRITES {
                         warn_write_after_lost(py, "socket.send() raised exception.")?;
                     }
-                    this.state.borrow(py)?.conn_lost += 1;
+                    this.state.borrow(py)?.shared.conn_lost += 1;
                     return Ok(());
                 }
                 Some(address)
@@ -403,187 +418,116 @@ impl DatagramCore {
     }
 }
 
-#[pymethods]
-impl DatagramCore {
-    #[new]
-    fn py_new() -> PyResult<Self> {
-        Err(PyTypeError::new_err(
-            "DatagramCore objects are created by the transport (DatagramCore._attach)",
-        ))
-    }
-
-    /// The core of `transport`, a datagram transport on `loop` for `sock` (family `family`);
-    /// `address` is asyncio's `_address`, `connected` whether the socket has a peer name.
-    #[staticmethod]
-    fn _attach(
-        r#loop: &Bound<'_, LoopCore>,
-        transport: &Bound<'_, PyAny>,
-        sock: &Bound<'_, PyAny>,
-        fd: RawFd,
-        family: i32,
-        address: &Bound<'_, PyAny>,
-        connected: bool,
-    ) -> PyResult<Py<Self>> {
-        let address = if address.is_truthy()? {
-            Some(address.clone().unbind())
-        } else {
-            None
-        };
-        Py::new(
-            r#loop.py(),
-            Self {
-                loop_: r#loop.clone().unbind(),
-                fd,
-                family,
-                connected,
-                state: LoopCell::new(DatagramState {
-                    protocol: None,
-                    transport: Some(transport.clone().unbind()),
-                    sock: Some(sock.clone().unbind()),
-                    address,
-                    queue: VecDeque::new(),
-                    queued_bytes: 0,
-                    conn_lost: 0,
-                    closing: false,
-                }),
-            },
-        )
-    }
-
-    /// The socket is readable (the core is the fd's reader, asyncio's `_read_ready`).
-    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
-        self.on_readable(py)
-    }
-
-    /// The socket is writable (the fd's writer while datagrams are queued).
-    fn _sendto_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
-        Self::on_writable(slf)
-    }
-
-    /// The reader's name in the loop's messages ("Exception in callback ..."), as asyncio's.
-    #[getter(__qualname__)]
-    #[allow(clippy::unused_self)] // a getter: PyO3 passes the instance
-    fn qualname(&self) -> &'static str {
-        "_SelectorDatagramTransport._read_ready"
-    }
-
-    #[pyo3(signature = (data, addr = None))]
-    fn sendto(
-        slf: &Bound<'_, Self>,
-        data: &Bound<'_, PyAny>,
-        addr: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        Self::sendto_impl(slf, data, addr)
-    }
-
-    fn get_write_buffer_size(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.state.borrow(py)?.queued_bytes)
-    }
-
-    /// The queued `(data, addr)` pairs, oldest first (asyncio's `_buffer`, as a copy).
-    fn _queued<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let items: Vec<(Py<PyBytes>, Py<PyAny>)> = self
-            .state
-            .borrow(py)?
-            .queue
-            .iter()
-            .map(|q| {
-                (
-                    q.data.clone_ref(py),
-                    q.addr
-                        .as_ref()
-                        .map_or_else(|| py.None(), |a| a.clone_ref(py)),
-                )
-            })
-            .collect();
-        PyList::new(py, items)
-    }
-
-    /// Drops the queued datagrams (`_force_close`); returns whether there were any.
-    fn _discard_buffer(&self, py: Python<'_>) -> PyResult<bool> {
-        let dropped = {
-            let mut st = self.state.borrow(py)?;
-            st.queued_bytes = 0;
-            std::mem::take(&mut st.queue)
-        };
-        Ok(!dropped.is_empty())
-    }
-
-    /// After `connection_lost` closed the socket: the core lets go of it, the transport and
-    /// the queue, and never uses the fd again.
-    fn _release(&self, py: Python<'_>) -> PyResult<()> {
-        let dropped = {
-            let mut st = self.state.borrow(py)?;
-            st.queued_bytes = 0;
-            (
-                st.transport.take(),
-                st.sock.take(),
-                std::mem::take(&mut st.queue),
+core_pymethods! {
+    impl DatagramCore {
+        /// The core of `transport`, a datagram transport on `loop` for `sock` (family `family`);
+        /// `address` is asyncio's `_address`, `connected` whether the socket has a peer name.
+        #[staticmethod]
+        fn _attach(
+            r#loop: &Bound<'_, LoopCore>,
+            transport: &Bound<'_, PyAny>,
+            sock: &Bound<'_, PyAny>,
+            fd: RawFd,
+            family: i32,
+            address: &Bound<'_, PyAny>,
+            connected: bool,
+        ) -> PyResult<Py<Self>> {
+            let address = if address.is_truthy()? {
+                Some(address.clone().unbind())
+            } else {
+                None
+            };
+            Py::new(
+                r#loop.py(),
+                Self {
+                    loop_: r#loop.clone().unbind(),
+                    fd,
+                    family,
+                    connected,
+                    state: LoopCell::new(DatagramState {
+                        shared: SharedState::new(transport),
+                        sock: Some(sock.clone().unbind()),
+                        address,
+                        queue: VecDeque::new(),
+                        queued_bytes: 0,
+                    }),
+                },
             )
-        };
-        drop(dropped);
-        Ok(())
-    }
-
-    #[getter(_protocol)]
-    fn protocol(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        Ok(get_object(py, self.state.borrow(py)?.protocol.as_ref()))
-    }
-
-    #[setter(_protocol)]
-    fn set_protocol_attr(&self, py: Python<'_>, value: Option<Py<PyAny>>) -> PyResult<()> {
-        let old = put_object(py, &mut self.state.borrow(py)?.protocol, value);
-        drop(old);
-        Ok(())
-    }
-
-    #[getter(_conn_lost)]
-    fn conn_lost(&self, py: Python<'_>) -> PyResult<u64> {
-        Ok(self.state.borrow(py)?.conn_lost)
-    }
-
-    #[setter(_conn_lost)]
-    fn set_conn_lost(&self, py: Python<'_>, value: u64) -> PyResult<()> {
-        self.state.borrow(py)?.conn_lost = value;
-        Ok(())
-    }
-
-    #[getter(_closing)]
-    fn closing(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.state.borrow(py)?.closing)
-    }
-
-    #[setter(_closing)]
-    fn set_closing(&self, py: Python<'_>, value: bool) -> PyResult<()> {
-        self.state.borrow(py)?.closing = value;
-        Ok(())
-    }
-
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.loop_)?;
-        if let Some(st) = self.state.try_borrow_for_gc() {
-            visit.call(&st.protocol)?;
-            visit.call(&st.transport)?;
-            visit.call(&st.sock)?;
-            visit.call(&st.address)?;
-            for q in &st.queue {
-                visit.call(&q.addr)?;
-            }
         }
-        Ok(())
-    }
 
-    fn __clear__(&self) {
-        let dropped = self.state.try_borrow_for_gc().map(|mut st| {
-            st.queued_bytes = 0;
-            (
-                st.protocol.take(),
-                st.transport.take(),
-                st.sock.take(),
-                st.address.take(),
-                std::mem::take(&mut st.queue),
-            )
-        });
-        drop(dropped);
+        /// The socket is readable (the core is the fd's reader, asyncio's `_read_ready`).
+        fn __call__(&self, py: Python<'_>) -> PyResult<()> {
+            self.on_readable(py)
+        }
+
+        /// The socket is writable (the fd's writer while datagrams are queued).
+        fn _sendto_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
+            Self::on_writable(slf)
+        }
+
+        /// The reader's name in the loop's messages ("Exception in callback ..."), as asyncio's.
+        #[getter(__qualname__)]
+        #[allow(clippy::unused_self)] // a getter: PyO3 passes the instance
+        fn qualname(&self) -> &'static str {
+            "_SelectorDatagramTransport._read_ready"
+        }
+
+        #[pyo3(signature = (data, addr = None))]
+        fn sendto(
+            slf: &Bound<'_, Self>,
+            data: &Bound<'_, PyAny>,
+            addr: Option<&Bound<'_, PyAny>>,
+        ) -> PyResult<()> {
+            Self::sendto_impl(slf, data, addr)
+        }
+
+        fn get_write_buffer_size(&self, py: Python<'_>) -> PyResult<usize> {
+            Ok(self.state.borrow(py)?.queued_bytes)
+        }
+
+        /// The queued `(data, addr)` pairs, oldest first (asyncio's `_buffer`, as a copy).
+        fn _queued<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+            let items: Vec<(Py<PyBytes>, Py<PyAny>)> = self
+                .state
+                .borrow(py)?
+                .queue
+                .iter()
+                .map(|q| {
+                    (
+                        q.data.clone_ref(py),
+                        q.addr
+                            .as_ref()
+                            .map_or_else(|| py.None(), |a| a.clone_ref(py)),
+                    )
+                })
+                .collect();
+            PyList::new(py, items)
+        }
+
+        /// Drops the queued datagrams (`_force_close`); returns whether there were any.
+        fn _discard_buffer(&self, py: Python<'_>) -> PyResult<bool> {
+            let dropped = {
+                let mut st = self.state.borrow(py)?;
+                st.queued_bytes = 0;
+                std::mem::take(&mut st.queue)
+            };
+            Ok(!dropped.is_empty())
+        }
+
+        /// After `connection_lost` closed the socket: the core lets go of it, the transport and
+        /// the queue, and never uses the fd again.
+        fn _release(&self, py: Python<'_>) -> PyResult<()> {
+            let dropped = {
+                let mut st = self.state.borrow(py)?;
+                st.queued_bytes = 0;
+                (
+                    st.shared.transport.take(),
+                    st.sock.take(),
+                    std::mem::take(&mut st.queue),
+                )
+            };
+            drop(dropped);
+            Ok(())
+        }
     }
 }

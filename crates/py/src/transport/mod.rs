@@ -32,14 +32,18 @@
 //!   breaking the transport ↔ core cycle without waiting for the garbage collector.
 //! - **State** (`CoreState`) is the single copy of what both sides read: the Python class exposes
 //!   `_protocol`, `_conn_lost`, `_closing`, `_eof`, `_empty_waiter`, `_protocol_paused`,
-//!   `_high_water` and `_low_water` as properties over it. It is borrowed only between Python
-//!   calls: decisions are taken under the borrow, the calls they imply run after it ends.
+//!   `_high_water` and `_low_water` as properties over it. The first three, with the transport,
+//!   are its `SharedState`, whose accessors both cores get from `core_pymethods!` (`shared.rs`).
+//!   It is borrowed only between Python calls: decisions are taken under the borrow, the calls
+//!   they imply run after it ends.
 //! - **Reads** land in one 256 KiB buffer per thread (a thread runs at most one loop at a time),
 //!   then become one `bytes` of the size read; a `BufferedProtocol` gets `recv` straight into the
 //!   buffer its `get_buffer` returned (sockets only: asyncio's pipes always call `data_received`).
 //! - **Writes** are tried with one vectored write when nothing is queued; the rest is copied into
 //!   an `OutQueue` (`sendmsg` or `writev`, by kind) and flushed when the fd is writable.
 
+#[macro_use]
+mod shared;
 mod datagram;
 mod pybuf;
 mod read;
@@ -51,13 +55,12 @@ pub use datagram::DatagramCore;
 use std::os::fd::RawFd;
 
 use ferroloop_core::{OutQueue, WriteCall};
-use pyo3::exceptions::{
-    PyAttributeError, PyKeyboardInterrupt, PySystemExit, PyTypeError, PyValueError,
-};
+use pyo3::exceptions::{PyAttributeError, PyValueError};
 use pyo3::gc::PyVisit;
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::PyTraverseError;
+
+use self::shared::{get_object, put_object, Attached, OwnObjects, SharedState};
 
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
@@ -101,15 +104,12 @@ impl Limit {
 
 #[allow(clippy::struct_excessive_bools)] // asyncio's independent flags, each a transport attribute
 pub(crate) struct CoreState {
-    protocol: Option<Py<PyAny>>,
+    /// `_protocol`, `_conn_lost`, `_closing` and the Python transport.
+    shared: SharedState,
     /// The protocol is a `BufferedProtocol` (decided by the Python side in `set_protocol`).
     buffered: bool,
-    /// The Python transport, for the cold paths (EOF, errors, flow control, closing).
-    transport: Option<Py<PyAny>>,
     out: OutQueue,
-    conn_lost: u64,
     eof: bool,
-    closing: bool,
     protocol_paused: bool,
     high_water: Limit,
     low_water: Limit,
@@ -223,7 +223,19 @@ impl CoreState {
     /// The fd may be closed already: a socket counted the close, or a pipe's transport let go
     /// of the core (see the module invariants). No syscall on the fd once this holds.
     fn gone(&self) -> bool {
-        self.conn_lost > 0 || self.transport.is_none()
+        self.shared.conn_lost > 0 || self.shared.transport.is_none()
+    }
+}
+
+impl OwnObjects for CoreState {
+    type Taken = Option<Py<PyAny>>;
+
+    fn traverse_own(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.empty_waiter)
+    }
+
+    fn take_own(&mut self) -> Self::Taken {
+        self.empty_waiter.take()
     }
 }
 
@@ -235,282 +247,164 @@ pub struct StreamCore {
     state: LoopCell<CoreState>,
 }
 
-/// `KeyboardInterrupt` and `SystemExit` leave the callback; asyncio catches everything else.
-pub(super) fn is_exit(py: Python<'_>, err: &PyErr) -> bool {
-    err.is_instance_of::<PyKeyboardInterrupt>(py) || err.is_instance_of::<PySystemExit>(py)
-}
-
-/// What both cores share: the Python transport, for the cold paths, until it is released.
-pub(super) trait Attached {
-    /// The Python transport, or `None` once the core has let go of it.
-    fn attached<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>>;
-
-    /// Calls a method of the Python transport (a cold path), if it is still attached.
-    fn call_transport<'py>(
-        &self,
-        py: Python<'py>,
-        name: &Bound<'py, pyo3::types::PyString>,
-        args: impl pyo3::call::PyCallArgs<'py>,
-    ) -> PyResult<()> {
-        match self.attached(py)? {
-            Some(t) => t.call_method1(name, args).map(drop),
-            None => Ok(()),
-        }
-    }
-
-    /// asyncio's `except BaseException as exc: self._fatal_error(exc, message)`.
-    fn fatal(&self, py: Python<'_>, err: PyErr, message: &str) -> PyResult<()> {
-        if is_exit(py, &err) {
-            return Err(err);
-        }
-        self.call_transport(
-            py,
-            intern!(py, "_fatal_error"),
-            (err.into_value(py), message),
-        )
-    }
-}
-
-/// An optional object attribute as Python reads it (`None` when absent).
-pub(super) fn get_object(py: Python<'_>, slot: Option<&Py<PyAny>>) -> Option<Py<PyAny>> {
-    slot.map(|o| o.clone_ref(py))
-}
-
-/// Stores an object attribute set from Python (`None` as absent). Returns the old value, for
-/// the caller to drop after the state borrow ends (dropping it can run Python code).
-pub(super) fn put_object(
-    py: Python<'_>,
-    slot: &mut Option<Py<PyAny>>,
-    value: Option<Py<PyAny>>,
-) -> Option<Py<PyAny>> {
-    std::mem::replace(slot, value.filter(|v| !v.is_none(py)))
-}
-
-impl Attached for StreamCore {
-    fn attached<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let st = self.state.borrow(py)?;
-        Ok(st.transport.as_ref().map(|t| t.bind(py).clone()))
-    }
-}
-
-#[pymethods]
-impl StreamCore {
-    #[new]
-    fn py_new() -> PyResult<Self> {
-        Err(PyTypeError::new_err(
-            "StreamCore objects are created by the transport (StreamCore._attach)",
-        ))
-    }
-
-    /// The core of `transport`, a stream transport on `loop` for socket `fd`, or a pipe
-    /// transport for `fd` that reads (`pipe="read"`) or writes (`pipe="write"`).
-    #[staticmethod]
-    #[pyo3(signature = (r#loop, transport, fd, *, pipe = None))]
-    fn _attach(
-        r#loop: &Bound<'_, LoopCore>,
-        transport: &Bound<'_, PyAny>,
-        fd: RawFd,
-        pipe: Option<&str>,
-    ) -> PyResult<Py<Self>> {
-        let kind = match pipe {
-            None => Kind::Socket,
-            Some("read") => Kind::ReadPipe,
-            Some("write") => Kind::WritePipe,
-            Some(other) => {
-                return Err(PyValueError::new_err(format!(
-                    "pipe must be 'read' or 'write', not {other:?}"
-                )))
-            }
-        };
-        Py::new(
-            r#loop.py(),
-            Self {
-                loop_: r#loop.clone().unbind(),
-                fd,
-                kind,
-                state: LoopCell::new(CoreState {
-                    protocol: None,
-                    buffered: false,
-                    transport: Some(transport.clone().unbind()),
-                    out: OutQueue::with_call(kind.write_call()),
-                    conn_lost: 0,
-                    eof: false,
-                    closing: false,
-                    protocol_paused: false,
-                    high_water: Limit::bytes(DEFAULT_HIGH_WATER),
-                    low_water: Limit::bytes(DEFAULT_HIGH_WATER / 4),
-                    empty_waiter: None,
-                }),
-            },
-        )
-    }
-
-    /// Readiness of the socket: the reader is called without arguments, the writer with `True`.
-    #[pyo3(signature = (writable = false))]
-    fn __call__(slf: &Bound<'_, Self>, writable: bool) -> PyResult<()> {
-        if writable {
-            Self::on_writable(slf)
-        } else {
-            Self::on_readable(slf)
-        }
-    }
-
-    /// A pipe core's name in the loop's messages, as asyncio's callback (see `Kind`).
-    #[getter(__qualname__)]
-    fn qualname(&self) -> PyResult<&'static str> {
-        self.kind
-            .callback_name()
-            .ok_or_else(|| PyAttributeError::new_err("__qualname__"))
-    }
-
-    /// `set_protocol`: `buffered` says whether reads go through `get_buffer`/`buffer_updated`.
-    fn set_protocol(&self, py: Python<'_>, protocol: Py<PyAny>, buffered: bool) -> PyResult<()> {
-        let old = {
-            let mut st = self.state.borrow(py)?;
-            st.buffered = buffered;
-            st.protocol.replace(protocol)
-        };
-        drop(old);
-        Ok(())
-    }
-
-    fn write(slf: &Bound<'_, Self>, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        Self::write_impl(slf, data)
-    }
-
-    fn get_write_buffer_size(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.state.borrow(py)?.out.pending())
-    }
-
-    fn is_closing(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.state.borrow(py)?.closing)
-    }
-
-    /// Drops the queued bytes (`_force_close`); returns whether there were any.
-    fn _discard_buffer(&self, py: Python<'_>) -> PyResult<bool> {
-        let mut st = self.state.borrow(py)?;
-        let had = !st.out.is_empty();
-        st.out.clear();
-        Ok(had)
-    }
-
-    /// After `connection_lost`: the transport is done with the core.
-    fn _release(&self, py: Python<'_>) -> PyResult<()> {
-        let dropped = self.state.borrow(py)?.transport.take();
-        drop(dropped);
-        Ok(())
-    }
-
-    #[getter(_protocol)]
-    fn protocol(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        Ok(get_object(py, self.state.borrow(py)?.protocol.as_ref()))
-    }
-
-    #[setter(_protocol)]
-    fn set_protocol_attr(&self, py: Python<'_>, value: Option<Py<PyAny>>) -> PyResult<()> {
-        let old = put_object(py, &mut self.state.borrow(py)?.protocol, value);
-        drop(old);
-        Ok(())
-    }
-
-    #[getter(_empty_waiter)]
-    fn empty_waiter(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        Ok(get_object(py, self.state.borrow(py)?.empty_waiter.as_ref()))
-    }
-
-    #[setter(_empty_waiter)]
-    fn set_empty_waiter(&self, py: Python<'_>, value: Option<Py<PyAny>>) -> PyResult<()> {
-        let old = put_object(py, &mut self.state.borrow(py)?.empty_waiter, value);
-        drop(old);
-        Ok(())
-    }
-
-    #[getter(_conn_lost)]
-    fn conn_lost(&self, py: Python<'_>) -> PyResult<u64> {
-        Ok(self.state.borrow(py)?.conn_lost)
-    }
-
-    #[setter(_conn_lost)]
-    fn set_conn_lost(&self, py: Python<'_>, value: u64) -> PyResult<()> {
-        self.state.borrow(py)?.conn_lost = value;
-        Ok(())
-    }
-
-    #[getter(_closing)]
-    fn closing(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.state.borrow(py)?.closing)
-    }
-
-    #[setter(_closing)]
-    fn set_closing(&self, py: Python<'_>, value: bool) -> PyResult<()> {
-        self.state.borrow(py)?.closing = value;
-        Ok(())
-    }
-
-    #[getter(_eof)]
-    fn eof(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.state.borrow(py)?.eof)
-    }
-
-    #[setter(_eof)]
-    fn set_eof(&self, py: Python<'_>, value: bool) -> PyResult<()> {
-        self.state.borrow(py)?.eof = value;
-        Ok(())
-    }
-
-    #[getter(_protocol_paused)]
-    fn protocol_paused(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.state.borrow(py)?.protocol_paused)
-    }
-
-    #[setter(_protocol_paused)]
-    fn set_protocol_paused(&self, py: Python<'_>, value: bool) -> PyResult<()> {
-        self.state.borrow(py)?.protocol_paused = value;
-        Ok(())
-    }
-
-    #[getter(_high_water)]
-    fn high_water(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.state.borrow(py)?.high_water.to_python(py)
-    }
-
-    #[setter(_high_water)]
-    fn set_high_water(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let limit = Limit::from_python(value)?;
-        self.state.borrow(py)?.high_water = limit;
-        Ok(())
-    }
-
-    #[getter(_low_water)]
-    fn low_water(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.state.borrow(py)?.low_water.to_python(py)
-    }
-
-    #[setter(_low_water)]
-    fn set_low_water(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let limit = Limit::from_python(value)?;
-        self.state.borrow(py)?.low_water = limit;
-        Ok(())
-    }
-
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.loop_)?;
-        if let Some(st) = self.state.try_borrow_for_gc() {
-            visit.call(&st.protocol)?;
-            visit.call(&st.transport)?;
-            visit.call(&st.empty_waiter)?;
-        }
-        Ok(())
-    }
-
-    fn __clear__(&self) {
-        let dropped = self.state.try_borrow_for_gc().map(|mut st| {
-            (
-                st.protocol.take(),
-                st.transport.take(),
-                st.empty_waiter.take(),
+core_pymethods! {
+    impl StreamCore {
+        /// The core of `transport`, a stream transport on `loop` for socket `fd`, or a pipe
+        /// transport for `fd` that reads (`pipe="read"`) or writes (`pipe="write"`).
+        #[staticmethod]
+        #[pyo3(signature = (r#loop, transport, fd, *, pipe = None))]
+        fn _attach(
+            r#loop: &Bound<'_, LoopCore>,
+            transport: &Bound<'_, PyAny>,
+            fd: RawFd,
+            pipe: Option<&str>,
+        ) -> PyResult<Py<Self>> {
+            let kind = match pipe {
+                None => Kind::Socket,
+                Some("read") => Kind::ReadPipe,
+                Some("write") => Kind::WritePipe,
+                Some(other) => {
+                    return Err(PyValueError::new_err(format!(
+                        "pipe must be 'read' or 'write', not {other:?}"
+                    )))
+                }
+            };
+            Py::new(
+                r#loop.py(),
+                Self {
+                    loop_: r#loop.clone().unbind(),
+                    fd,
+                    kind,
+                    state: LoopCell::new(CoreState {
+                        shared: SharedState::new(transport),
+                        buffered: false,
+                        out: OutQueue::with_call(kind.write_call()),
+                        eof: false,
+                        protocol_paused: false,
+                        high_water: Limit::bytes(DEFAULT_HIGH_WATER),
+                        low_water: Limit::bytes(DEFAULT_HIGH_WATER / 4),
+                        empty_waiter: None,
+                    }),
+                },
             )
-        });
-        drop(dropped);
-    }
+        }
+
+        /// Readiness of the socket: the reader is called without arguments, the writer with `True`.
+        #[pyo3(signature = (writable = false))]
+        fn __call__(slf: &Bound<'_, Self>, writable: bool) -> PyResult<()> {
+            if writable {
+                Self::on_writable(slf)
+            } else {
+                Self::on_readable(slf)
+            }
+        }
+
+        /// A pipe core's name in the loop's messages, as asyncio's callback (see `Kind`).
+        #[getter(__qualname__)]
+        fn qualname(&self) -> PyResult<&'static str> {
+            self.kind
+                .callback_name()
+                .ok_or_else(|| PyAttributeError::new_err("__qualname__"))
+        }
+
+        /// `set_protocol`: `buffered` says whether reads go through `get_buffer`/`buffer_updated`.
+        fn set_protocol(
+            &self,
+            py: Python<'_>,
+            protocol: Py<PyAny>,
+            buffered: bool,
+        ) -> PyResult<()> {
+            let old = {
+                let mut st = self.state.borrow(py)?;
+                st.buffered = buffered;
+                st.shared.protocol.replace(protocol)
+            };
+            drop(old);
+            Ok(())
+        }
+
+        fn write(slf: &Bound<'_, Self>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+            Self::write_impl(slf, data)
+        }
+
+        fn get_write_buffer_size(&self, py: Python<'_>) -> PyResult<usize> {
+            Ok(self.state.borrow(py)?.out.pending())
+        }
+
+        fn is_closing(&self, py: Python<'_>) -> PyResult<bool> {
+            Ok(self.state.borrow(py)?.shared.closing)
+        }
+
+        /// Drops the queued bytes (`_force_close`); returns whether there were any.
+        fn _discard_buffer(&self, py: Python<'_>) -> PyResult<bool> {
+            let mut st = self.state.borrow(py)?;
+            let had = !st.out.is_empty();
+            st.out.clear();
+            Ok(had)
+        }
+
+        /// After `connection_lost`: the transport is done with the core.
+        fn _release(&self, py: Python<'_>) -> PyResult<()> {
+            let dropped = self.state.borrow(py)?.shared.transport.take();
+            drop(dropped);
+            Ok(())
+        }
+
+        #[getter(_empty_waiter)]
+        fn empty_waiter(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+            Ok(get_object(py, self.state.borrow(py)?.empty_waiter.as_ref()))
+        }
+
+        #[setter(_empty_waiter)]
+        fn set_empty_waiter(&self, py: Python<'_>, value: Option<Py<PyAny>>) -> PyResult<()> {
+            let old = put_object(py, &mut self.state.borrow(py)?.empty_waiter, value);
+            drop(old);
+            Ok(())
+        }
+
+        #[getter(_eof)]
+        fn eof(&self, py: Python<'_>) -> PyResult<bool> {
+            Ok(self.state.borrow(py)?.eof)
+        }
+
+        #[setter(_eof)]
+        fn set_eof(&self, py: Python<'_>, value: bool) -> PyResult<()> {
+            self.state.borrow(py)?.eof = value;
+            Ok(())
+        }
+
+        #[getter(_protocol_paused)]
+        fn protocol_paused(&self, py: Python<'_>) -> PyResult<bool> {
+            Ok(self.state.borrow(py)?.protocol_paused)
+        }
+
+        #[setter(_protocol_paused)]
+        fn set_protocol_paused(&self, py: Python<'_>, value: bool) -> PyResult<()> {
+            self.state.borrow(py)?.protocol_paused = value;
+            Ok(())
+        }
+
+        #[getter(_high_water)]
+        fn high_water(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+            self.state.borrow(py)?.high_water.to_python(py)
+        }
+
+        #[setter(_high_water)]
+        fn set_high_water(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+            let limit = Limit::from_python(value)?;
+            self.state.borrow(py)?.high_water = limit;
+            Ok(())
+        }
+
+        #[getter(_low_water)]
+        fn low_water(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+            self.state.borrow(py)?.low_water.to_python(py)
+        }
+
+        #[setter(_low_water)]
+        fn set_low_water(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+            let limit = Limit::from_python(value)?;
+            self.state.borrow(py)?.low_water = limit;
+            Ok(())
+        }}
 }

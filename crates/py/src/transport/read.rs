@@ -79,7 +79,7 @@ impl StreamCore {
             if st.gone() {
                 return Ok(());
             }
-            let Some(protocol) = st.protocol.as_ref() else {
+            let Some(protocol) = st.shared.protocol.as_ref() else {
                 return Ok(());
             };
             (protocol.clone_ref(py), st.buffered)

@@ -133,9 +133,11 @@ impl StreamCore {
             };
             if bytes.is_empty() && unexported != Some(false) {
                 WriteOutcome::Done
-            } else if st.conn_lost > 0 || (st.closing && kind.drops_writes_when_closing()) {
-                let warn = st.conn_lost >= LOG_THRESHOLD_FOR_CONNLOST_WRITES;
-                st.conn_lost += 1;
+            } else if st.shared.conn_lost > 0
+                || (st.shared.closing && kind.drops_writes_when_closing())
+            {
+                let warn = st.shared.conn_lost >= LOG_THRESHOLD_FOR_CONNLOST_WRITES;
+                st.shared.conn_lost += 1;
                 WriteOutcome::Dropped { warn }
             } else if unexported.is_some() {
                 let queued = !st.out.is_empty();
@@ -199,7 +201,7 @@ impl StreamCore {
     /// A pipe's `self._conn_lost += 1` before `_fatal_error` on a failed write.
     fn count_write_error(&self, py: Python<'_>) -> PyResult<()> {
         if self.kind.counts_write_errors() {
-            self.state.borrow(py)?.conn_lost += 1;
+            self.state.borrow(py)?.shared.conn_lost += 1;
         }
         Ok(())
     }
@@ -256,7 +258,7 @@ impl StreamCore {
             (
                 st.out.is_empty(),
                 st.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
-                st.closing,
+                st.shared.closing,
                 st.eof,
             )
         };
