@@ -28,6 +28,7 @@ use pyo3::PyTraverseError;
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
 use crate::hooks;
+use crate::native_call::NativeCall;
 
 /// A callback's positional arguments. One argument is kept without a tuple: `call_soon(cb, arg)`
 /// is the common shape (every done callback of a C `Future`, `fut.set_result` scheduled with its
@@ -117,6 +118,14 @@ enum BoundArgs<'py> {
 }
 
 impl<'py> BoundArgs<'py> {
+    /// The arguments of a native call (`native_call.rs`): none or one.
+    fn single(&self) -> Option<&Bound<'py, PyAny>> {
+        match self {
+            Self::One(a) => Some(a),
+            Self::Tuple(_) => None,
+        }
+    }
+
     /// `callback(*args)`.
     fn call(&self, callback: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         match self {
@@ -139,6 +148,8 @@ struct Inner {
 pub struct Handle {
     inner: LoopCell<Inner>,
     cancelled: AtomicBool,
+    /// The direct call for a native callback (`native_call.rs`), found when the handle is made.
+    native: Option<NativeCall>,
     // `ManuallyDrop`: released by `Drop for Handle` with a plain decref.
     context: ManuallyDrop<Py<PyAny>>,
     loop_: ManuallyDrop<Py<PyAny>>,
@@ -180,12 +191,14 @@ impl Drop for Handle {
 
 impl Handle {
     pub(crate) fn new(
+        py: Python<'_>,
         callback: Py<PyAny>,
         args: CallArgs,
         context: Py<PyAny>,
         loop_: Py<PyAny>,
         source_traceback: Option<Py<PyAny>>,
     ) -> Self {
+        let native = crate::native_call::lookup(callback.bind(py), &args);
         Self {
             inner: LoopCell::new(Inner {
                 callback: Some(callback),
@@ -193,6 +206,7 @@ impl Handle {
                 repr: None,
             }),
             cancelled: AtomicBool::new(false),
+            native,
             context: ManuallyDrop::new(context),
             loop_: ManuallyDrop::new(loop_),
             source_traceback,
@@ -218,7 +232,10 @@ impl Handle {
                 _ => return Ok(()),
             }
         };
-        let call = || args.call(&callback);
+        let call = || match this.native {
+            Some(native) => native(&callback, args.single()),
+            None => args.call(&callback).map(drop),
+        };
         match run_in_context(this.context.bind(py), call) {
             Ok(()) => Ok(()),
             Err(e) => report_failure(slf.as_any(), &this.loop_, e),
@@ -266,10 +283,7 @@ impl Handle {
 }
 
 /// `context.run(call)` without a bound method: `PyContext_Enter`, the call, `PyContext_Exit`.
-fn run_in_context<'py>(
-    context: &Bound<'py, PyAny>,
-    call: impl FnOnce() -> PyResult<Bound<'py, PyAny>>,
-) -> PyResult<()> {
+fn run_in_context(context: &Bound<'_, PyAny>, call: impl FnOnce() -> PyResult<()>) -> PyResult<()> {
     let py = context.py();
     let ctx = context.as_ptr();
     // SAFETY: we hold the GIL (`py`), and `ctx` is a live object kept alive by `context`.
@@ -281,7 +295,7 @@ fn run_in_context<'py>(
     // SAFETY: we entered `ctx` just above on this thread and still hold the GIL, so it is the
     // current context and exiting it cannot fail.
     unsafe { ffi::PyContext_Exit(ctx) };
-    r.map(drop)
+    r
 }
 
 /// An entry of the loop's ready queue.
@@ -313,9 +327,12 @@ impl Ready {
         context: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let py = loop_.py();
-        let result = run_in_context(context, || match arg {
-            None => step.call0(),
-            Some(a) => call_one(step, a),
+        let result = run_in_context(context, || {
+            match arg {
+                None => step.call0(),
+                Some(a) => call_one(step, a),
+            }
+            .map(drop)
         });
         let Err(e) = result else {
             return Ok(());
@@ -331,6 +348,7 @@ impl Ready {
         let handle = Bound::new(
             py,
             Handle::new(
+                py,
                 step.clone().unbind(),
                 args,
                 context.clone().unbind(),
@@ -366,6 +384,7 @@ pub(crate) fn detached(py: Python<'_>) -> PyResult<Py<Handle>> {
                 Handle {
                     inner: LoopCell::new(Inner::default()),
                     cancelled: AtomicBool::new(true),
+                    native: None,
                     context: ManuallyDrop::new(py.None()),
                     loop_: ManuallyDrop::new(py.None()),
                     source_traceback: None,

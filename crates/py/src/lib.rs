@@ -12,6 +12,7 @@ pub mod event_loop;
 mod fastcall;
 mod handle;
 mod hooks;
+mod native_call;
 mod server;
 mod sock_ops;
 mod transport;
@@ -31,6 +32,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<transport::StreamCore>()?;
     m.add_class::<transport::DatagramCore>()?;
     server::install_ready_am_send(m.py());
+    native_call::init(m.py());
     m.add_function(wrap_pyfunction!(fastcall::_install_fast_methods, m)?)?;
     m.add("DEBUG_BUILD", cfg!(debug_assertions))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -255,6 +255,7 @@ impl LoopCore {
             _ => current_context(py)?,
         };
         Ok(Handle::new(
+            py,
             callback.clone().unbind(),
             args,
             context,

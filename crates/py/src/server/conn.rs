@@ -29,7 +29,7 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyBool, PyDict, PyString};
 use pyo3::PyTraverseError;
 
 use super::cycle::{Cycle, Ready};
@@ -685,6 +685,12 @@ impl Conn {
         drop(dropped);
     }
 }
+
+// `Connection.__call__(writable)`, called directly by the loop (`native_call.rs`).
+crate::native_call::native_call!(Conn, |slf, arg| {
+    let writable = arg?.cast::<PyBool>().ok()?;
+    Some(Self::on_ready(slf, writable.is_true()))
+});
 
 /// `ready(value)`: the awaitable that completes at once.
 pub(super) fn ready(py: Python<'_>, value: Py<PyAny>) -> PyResult<Py<PyAny>> {

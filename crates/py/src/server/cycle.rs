@@ -253,3 +253,6 @@ impl Cycle {
         visit.call(&self.conn)
     }
 }
+
+// `RequestCycle.__call__(task)`, called directly by the loop (`native_call.rs`).
+crate::native_call::native_call!(Cycle, |slf, task| Some(slf.get().__call__(slf.py(), task?)));

@@ -387,6 +387,12 @@ impl HttpServer {
     }
 }
 
+// `HttpServer.__call__()` (the listener is readable), called directly by the loop
+// (`native_call.rs`).
+crate::native_call::native_call!(HttpServer, |slf, arg| arg
+    .is_none()
+    .then(|| Self::__call__(slf)));
+
 impl HttpServer {
     pub(crate) fn loop_core(&self) -> &Py<LoopCore> {
         &self.loop_

@@ -418,6 +418,12 @@ impl DatagramCore {
     }
 }
 
+// `DatagramCore.__call__()` (the socket is readable), called directly by the loop
+// (`native_call.rs`).
+crate::native_call::native_call!(DatagramCore, |slf, arg| arg
+    .is_none()
+    .then(|| slf.get().on_readable(slf.py())));
+
 core_pymethods! {
     impl DatagramCore {
         /// The core of `transport`, a datagram transport on `loop` for `sock` (family `family`);

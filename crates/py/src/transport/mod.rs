@@ -247,6 +247,19 @@ pub struct StreamCore {
     state: LoopCell<CoreState>,
 }
 
+// `StreamCore.__call__(writable=False)`, called directly by the loop (`native_call.rs`).
+crate::native_call::native_call!(StreamCore, |slf, arg| {
+    let writable = match arg {
+        None => false,
+        Some(a) => a.cast::<pyo3::types::PyBool>().ok()?.is_true(),
+    };
+    Some(if writable {
+        Self::on_writable(slf)
+    } else {
+        Self::on_readable(slf)
+    })
+});
+
 core_pymethods! {
     impl StreamCore {
         /// The core of `transport`, a stream transport on `loop` for socket `fd`, or a pipe
