@@ -44,9 +44,11 @@ mod datagram;
 mod pybuf;
 mod read;
 mod sockaddr;
+mod tls;
 mod write;
 
 pub use datagram::DatagramCore;
+pub use tls::TlsRecords;
 
 use std::os::fd::RawFd;
 
