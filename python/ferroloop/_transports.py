@@ -1,7 +1,8 @@
 """Transports, servers, pipes and subprocesses on ferroloop.
 
 Stream transports over plain TCP and Unix sockets are native (``_socket_transport``, over
-``crates/py/src/transport``), also under TLS (asyncio's ``sslproto`` layered on top), and so are
+``crates/py/src/transport``), also under TLS (asyncio's ``sslproto`` layered on top, with its
+per-record path native: ``_ssl_protocol``), and so are
 datagram transports over plain UDP and Unix datagram sockets (``_datagram_transport``) and the
 read- and write-pipe transports (``_pipe_transport``), which carry every subprocess pipe.
 Everything else is asyncio's own implementation: the subprocess transport (it orchestrates the
