@@ -254,3 +254,68 @@ def test_tls_peer_vanishing_mid_stream_loses_the_connection(
 
     received = run(main())
     assert payload.startswith(received)
+
+
+def test_tls_error_in_data_received_is_a_fatal_ssl_protocol_error(
+    loop, run, recorder, tcp_connect, server_ssl, client_ssl, exception_handler_calls
+):
+    class Broken(recorder):
+        def data_received(self, data):
+            super().data_received(data)
+            raise RuntimeError("app bug")
+
+    async def main():
+        ends = await tcp_connect(Broken, recorder, **_tls(client_ssl, server_ssl))
+        ends.client.transport.write(b"boom")
+        lost = await ends.accepted.lost
+        await ends.client.lost
+        return lost
+
+    run(main())
+    (context,) = exception_handler_calls.consume()
+    assert context["message"] == "Fatal error on SSL protocol"
+    assert isinstance(context["exception"], RuntimeError)
+
+
+def test_tls_buffered_app_switching_to_a_plain_protocol_mid_stream(
+    loop, run, recorder, tcp_connect, server_ssl, client_ssl
+):
+    class Switch(asyncio.BufferedProtocol):
+        def __init__(self):
+            self.buffer = bytearray(4096)
+            self.received = bytearray()
+            self.made = loop.create_future()
+            self.lost = loop.create_future()
+            self.plain = None
+
+        def connection_made(self, transport):
+            self.transport = transport
+            self.made.set_result(None)
+
+        def get_buffer(self, sizehint):
+            return self.buffer
+
+        def buffer_updated(self, nbytes):
+            self.received += self.buffer[:nbytes]
+            if self.plain is None and len(self.received) >= 5:
+                self.plain = recorder()
+                self.plain.transport = self.transport
+                self.transport.set_protocol(self.plain)
+
+        def connection_lost(self, exc):
+            self.lost.set_result(exc)
+
+    async def main():
+        ends = await tcp_connect(Switch, recorder, **_tls(client_ssl, server_ssl))
+        ends.client.transport.write(b"first")
+        await asyncio.sleep(0.1)
+        ends.client.transport.write(b"second")
+        while ends.accepted.plain is None or len(ends.accepted.plain.received) < 6:
+            await asyncio.sleep(0.01)
+        result = bytes(ends.accepted.received), bytes(ends.accepted.plain.received)
+        ends.client.transport.close()
+        await ends.client.lost
+        await ends.accepted.plain.lost
+        return result
+
+    assert run(main()) == (b"first", b"second")
