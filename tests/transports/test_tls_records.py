@@ -126,34 +126,24 @@ def test_tls_app_pause_reading_holds_data_until_resume(
 
 
 def test_tls_buffered_protocol_with_a_buffer_smaller_than_a_record(
-    loop, run, recorder, tcp_connect, server_ssl, client_ssl
+    loop, run, recorder, buffered_recorder, tcp_connect, server_ssl, client_ssl
 ):
     payload = bytes(range(256)) * 1024  # 256 KiB through a 100-byte buffer
 
-    class Buffered(asyncio.BufferedProtocol):
+    class Buffered(buffered_recorder):
+        buffer_size = 100
+
         def __init__(self):
-            self.buffer = memoryview(bytearray(100))
-            self.received = bytearray()
-            self.calls = 0
-            self.made = loop.create_future()
-            self.lost = loop.create_future()
+            super().__init__()
+            # A memoryview: asyncio's sslproto reads the rest of a record into `buf[offset:]`,
+            # which for a bytearray would be a copy.
+            self.buffer = memoryview(self.buffer)
             self.done = loop.create_future()
 
-        def connection_made(self, transport):
-            self.transport = transport
-            self.made.set_result(None)
-
-        def get_buffer(self, sizehint):
-            return self.buffer
-
         def buffer_updated(self, nbytes):
-            self.calls += 1
-            self.received += self.buffer[:nbytes]
+            super().buffer_updated(nbytes)
             if len(self.received) >= len(payload) and not self.done.done():
                 self.done.set_result(None)
-
-        def connection_lost(self, exc):
-            self.lost.set_result(exc)
 
     async def main():
         ends = await tcp_connect(Buffered, recorder, **_tls(client_ssl, server_ssl))
@@ -278,32 +268,18 @@ def test_tls_error_in_data_received_is_a_fatal_ssl_protocol_error(
 
 
 def test_tls_buffered_app_switching_to_a_plain_protocol_mid_stream(
-    loop, run, recorder, tcp_connect, server_ssl, client_ssl
+    loop, run, recorder, buffered_recorder, tcp_connect, server_ssl, client_ssl
 ):
-    class Switch(asyncio.BufferedProtocol):
-        def __init__(self):
-            self.buffer = bytearray(4096)
-            self.received = bytearray()
-            self.made = loop.create_future()
-            self.lost = loop.create_future()
-            self.plain = None
-
-        def connection_made(self, transport):
-            self.transport = transport
-            self.made.set_result(None)
-
-        def get_buffer(self, sizehint):
-            return self.buffer
+    class Switch(buffered_recorder):
+        buffer_size = 4096
+        plain = None
 
         def buffer_updated(self, nbytes):
-            self.received += self.buffer[:nbytes]
+            super().buffer_updated(nbytes)
             if self.plain is None and len(self.received) >= 5:
                 self.plain = recorder()
                 self.plain.transport = self.transport
                 self.transport.set_protocol(self.plain)
-
-        def connection_lost(self, exc):
-            self.lost.set_result(exc)
 
     async def main():
         ends = await tcp_connect(Switch, recorder, **_tls(client_ssl, server_ssl))
