@@ -1,7 +1,8 @@
 """Transports, servers, pipes and subprocesses on ferroloop.
 
 Stream transports over plain TCP and Unix sockets are native (``_socket_transport``, over
-``crates/py/src/transport``), also under TLS (asyncio's ``sslproto`` layered on top), and so are
+``crates/py/src/transport``), also under TLS (asyncio's ``sslproto`` layered on top, with its
+per-record path native: ``_ssl_protocol``), and so are
 datagram transports over plain UDP and Unix datagram sockets (``_datagram_transport``) and the
 read- and write-pipe transports (``_pipe_transport``), which carry every subprocess pipe.
 Everything else is asyncio's own implementation: the subprocess transport (it orchestrates the
@@ -24,13 +25,14 @@ import selectors
 import socket
 import sys
 import weakref
-from asyncio import constants, selector_events, sslproto, unix_events
+from asyncio import constants, selector_events, unix_events
 from asyncio.log import logger
 from typing import Any
 
 from ._datagram_transport import _SelectorDatagramTransport
 from ._pipe_transport import _UnixReadPipeTransport, _UnixWritePipeTransport
 from ._socket_transport import _SelectorSocketTransport, native_capable
+from ._ssl_protocol import SSLProtocol
 
 # Methods of asyncio.selector_events.BaseSelectorEventLoop used as they are.
 _FROM_SELECTOR_LOOP = (
@@ -158,10 +160,11 @@ class TransportOps:
         ssl_handshake_timeout: float = constants.SSL_HANDSHAKE_TIMEOUT,
         ssl_shutdown_timeout: float = constants.SSL_SHUTDOWN_TIMEOUT,
     ) -> Any:
-        """asyncio's TLS layering (``sslproto.SSLProtocol`` over a socket transport), with the
-        socket transport chosen as ``_make_socket_transport`` chooses it (native when it can)."""
+        """asyncio's TLS layering (an ``sslproto.SSLProtocol`` over a socket transport), with
+        ferroloop's subclass whose per-record path is native (``_ssl_protocol``) and the socket
+        transport chosen as ``_make_socket_transport`` chooses it (native when it can)."""
         self._check_no_transport(rawsock)
-        ssl_protocol = sslproto.SSLProtocol(
+        ssl_protocol = SSLProtocol(
             self,
             protocol,
             sslcontext,

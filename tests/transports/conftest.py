@@ -96,6 +96,43 @@ def recorder() -> type[RecordingProtocol]:
     return RecordingProtocol
 
 
+class BufferedRecordingProtocol(asyncio.BufferedProtocol):
+    """A ``BufferedProtocol`` that lends one buffer of ``buffer_size`` bytes and keeps what
+    arrives in ``received``; ``calls`` counts ``buffer_updated``. Futures as RecordingProtocol's
+    ``made`` and ``lost``."""
+
+    buffer_size = 1000
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.buffer = bytearray(self.buffer_size)
+        self.received = bytearray()
+        self.calls = 0
+        self.transport: Any = None
+        self.made = loop.create_future()
+        self.lost = loop.create_future()
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.made.set_result(None)
+
+    def get_buffer(self, sizehint: int) -> bytearray:
+        return self.buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.calls += 1
+        self.received += self.buffer[:nbytes]
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.lost.set_result(exc)
+
+
+@pytest.fixture
+def buffered_recorder() -> type[BufferedRecordingProtocol]:
+    """The BufferedRecordingProtocol class (subclass it in a test to add behaviour)."""
+    return BufferedRecordingProtocol
+
+
 @pytest.fixture
 def pipe():
     """(read file, write file) of an os.pipe(), unbuffered; closed at teardown if still open."""

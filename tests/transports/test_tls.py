@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import ssl
 
@@ -101,26 +100,10 @@ def test_tls_large_payload_both_ways(loop, run, recorder, tcp_connect, server_ss
     assert run(main()) == payload
 
 
-def test_tls_with_a_buffered_protocol(loop, run, recorder, tcp_connect, server_ssl, client_ssl):
-    class Buffered(asyncio.BufferedProtocol):
-        def __init__(self):
-            self.buffer = bytearray(1000)
-            self.received = bytearray()
-            self.made = loop.create_future()
-            self.lost = loop.create_future()
-
-        def connection_made(self, transport):
-            self.transport = transport
-            self.made.set_result(None)
-
-        def get_buffer(self, sizehint):
-            return self.buffer
-
-        def buffer_updated(self, nbytes):
-            self.received += self.buffer[:nbytes]
-
-        def connection_lost(self, exc):
-            self.lost.set_result(exc)
+def test_tls_with_a_buffered_protocol(
+    loop, run, recorder, buffered_recorder, tcp_connect, server_ssl, client_ssl
+):
+    Buffered = buffered_recorder
 
     async def main():
         ends = await tcp_connect(

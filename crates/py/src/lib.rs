@@ -31,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<server::Ready>()?;
     m.add_class::<transport::StreamCore>()?;
     m.add_class::<transport::DatagramCore>()?;
+    m.add_class::<transport::TlsRecords>()?;
     server::install_ready_am_send(m.py());
     native_call::init(m.py());
     m.add_function(wrap_pyfunction!(fastcall::_install_fast_methods, m)?)?;

@@ -48,9 +48,11 @@ mod datagram;
 mod pybuf;
 mod read;
 mod sockaddr;
+mod tls;
 mod write;
 
 pub use datagram::DatagramCore;
+pub use tls::TlsRecords;
 
 use std::os::fd::RawFd;
 

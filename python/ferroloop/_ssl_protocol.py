@@ -1,0 +1,69 @@
+"""ferroloop's TLS protocol: asyncio's ``sslproto.SSLProtocol`` with the per-record path native.
+
+The class subclasses asyncio's ``SSLProtocol``, so the state machine (handshake, flushing,
+shutdown, their timeouts), ``_fatal_error``, the flow-control callbacks, the app transport
+(``_SSLProtocolTransport``) and ``isinstance`` checks are asyncio's own code. The methods that run
+for every TLS record are replaced by the bound methods of a native ``TlsRecords``
+(``crates/py/src/transport/tls.rs``) stored on the instance: ``get_buffer``, ``buffer_updated``,
+``_do_read``, ``_do_write``, ``_process_outgoing``, ``_write_appdata``, and the app transport's
+``write``. In the ``WRAPPED`` state they do asyncio's work without Python frames, calling the C
+``_ssl._SSLSocket`` and ``MemoryBIO`` methods directly; in any other state they call asyncio's
+method. These method names and bodies are the same in CPython 3.11, 3.12 and 3.13.
+
+A custom ``SSLContext.sslobject_class`` (anything but ``ssl.SSLObject``) keeps asyncio's code
+throughout, since its ``read``/``write`` may differ from the C object's.
+"""
+
+from __future__ import annotations
+
+import ssl
+from asyncio import sslproto
+from typing import Any
+
+from ._native import TlsRecords
+
+# The protocol's attributes that become the native object's bound methods.
+_NATIVE = (
+    ("get_buffer", "get_buffer"),
+    ("buffer_updated", "buffer_updated"),
+    ("_do_read", "do_read"),
+    ("_do_write", "do_write"),
+    ("_process_outgoing", "process_outgoing"),
+    ("_write_appdata", "write_appdata"),
+)
+
+
+class SSLProtocol(sslproto.SSLProtocol):
+    """asyncio's SSL protocol whose per-record methods are native (see the module docstring)."""
+
+    _records: TlsRecords | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        sslobj = self._sslobj
+        if type(sslobj) is not ssl.SSLObject:
+            return
+        records = TlsRecords._attach(self, sslobj._sslobj, self._incoming, self._outgoing)
+        self._records = records
+        for name, native in _NATIVE:
+            setattr(self, name, getattr(records, native))
+        self._app_transport.write = records.app_write  # type: ignore[method-assign]
+        self._records_transport = self._app_transport
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        super().connection_lost(exc)
+        self._unhook()
+
+    def _unhook(self) -> None:
+        """Back to asyncio's methods, and the native object lets go of the protocol (this ends
+        the reference cycle between the protocol and its bound methods)."""
+        records = self._records
+        if records is None:
+            return
+        self._records = None
+        for name, _ in _NATIVE:
+            self.__dict__.pop(name, None)
+        transport = self.__dict__.pop("_records_transport", None)
+        if transport is not None:
+            transport.__dict__.pop("write", None)
+        records._release()
