@@ -18,6 +18,36 @@ def test_create_future_is_bound_to_the_loop(loop):
     future.cancel()
 
 
+def test_create_future_argument_forms_match_asyncio(loop):
+    # Through the class as well as bound (ferroloop's is a raw native entry on the class).
+    future = type(loop).create_future(loop)
+    assert future.get_loop() is loop
+    future.cancel()
+    with pytest.raises(TypeError):
+        loop.create_future(None)
+    with pytest.raises(TypeError):
+        loop.create_future(loop=loop)
+
+
+def test_create_future_subclass_override_is_used(loop):
+    made = []
+
+    class Recording(type(loop)):
+        def create_future(self):
+            future = super().create_future()
+            made.append(future)
+            return future
+
+    other = Recording()
+    try:
+        future = other.create_future()
+        assert made == [future]
+        assert future.get_loop() is other
+        future.cancel()
+    finally:
+        other.close()
+
+
 def test_future_done_callbacks_run_through_the_loop(loop):
     future = loop.create_future()
     order = []
