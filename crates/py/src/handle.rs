@@ -11,6 +11,10 @@
 //!   to break reference cycles early) or the garbage collector's `__clear__`.
 //! - A `TimerHandle`'s `timer_id` is `u64::MAX` unless it sits in its loop's timer heap; only the
 //!   loop thread changes it (on schedule, fire, cancel, close).
+//! - A `Handle` value is dropped only with the GIL held (its `tp_dealloc`, or the loop code that
+//!   made it), so `Drop for Handle` releases its references with a plain decref.
+//! - `native` is set only for a callback of a type in `native_call.rs`'s table with no argument or
+//!   one, and calling it does what calling the callback from Python would.
 
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
