@@ -274,12 +274,13 @@ unsafe extern "C" fn create_task_fast(
     entry(py, || {
         // SAFETY: `nargsf` comes from CPython's vectorcall protocol.
         let nargs = unsafe { ffi::PyVectorcall_NARGS(nargsf as usize) } as usize;
-        // SAFETY: CPython's method descriptor checked that `slf` is a LoopCore instance.
-        let lp = unsafe { Bound::from_borrowed_ptr(py, slf).cast_into_unchecked::<LoopCore>() };
+        // SAFETY: CPython's method descriptor checked that `slf` is a LoopCore instance,
+        // borrowed for the call (as in `dispatch`, no reference count changes).
+        let lp = unsafe { Bound::ref_from_ptr(py, &slf).cast_unchecked::<LoopCore>() };
         if nargs == 1 && kwnames.is_null() {
             // SAFETY: one positional argument, a live object borrowed for this call.
-            let coro = unsafe { Bound::from_borrowed_ptr(py, *args) };
-            return Ok(LoopCore::create_task(&lp, &coro, None, None)?.into_ptr());
+            let coro = unsafe { Bound::ref_from_ptr(py, &*args) };
+            return Ok(LoopCore::create_task(lp, coro, None, None)?.into_ptr());
         }
         // SAFETY: as CPython passes them to this METH_FASTCALL | METH_KEYWORDS method.
         let (kwnames, raw) = unsafe { vector_args(py, args, nargs, &kwnames) };
@@ -288,7 +289,7 @@ unsafe extern "C" fn create_task_fast(
             .iter()
             .map(|&p| unsafe { Bound::from_borrowed_ptr(py, p) })
             .collect();
-        slow_path(&lp, "create_task", &all[..nargs], kwnames, &all[nargs..])
+        slow_path(lp, "create_task", &all[..nargs], kwnames, &all[nargs..])
     })
 }
 

@@ -405,6 +405,25 @@ impl TlsRecords {
         Self::write_backlog(py, b)
     }
 
+    /// `_write_appdata((data,))` in `WRAPPED` with an empty `backlog`.
+    fn write_single(
+        py: Python<'_>,
+        b: &Bound4<'_>,
+        backlog: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let data_len = match data.len() {
+            Ok(n) => n,
+            Err(e) => {
+                // asyncio appended the item before its len() raised.
+                backlog.call_method1(intern!(py, "append"), (data,))?;
+                return Err(e);
+            }
+        };
+        Self::write_one(py, b, data, data_len)
+            .or_else(|e| Self::fatal_on_exception(py, &b.proto, e))
+    }
+
     /// `_write_appdata` in `WRAPPED`. As in asyncio, errors while queueing (`len()` of a
     /// non-buffer) leave the call; errors while encrypting and sending go to `_fatal_error`.
     fn write_wrapped(py: Python<'_>, b: &Bound4<'_>, items: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -412,17 +431,7 @@ impl TlsRecords {
         let backlog = proto.getattr(intern!(py, "_write_backlog"))?;
         if let Ok(tuple) = items.cast::<PyTuple>() {
             if tuple.len() == 1 && !backlog.is_truthy()? {
-                let data = tuple.get_item(0)?;
-                let data_len = match data.len() {
-                    Ok(n) => n,
-                    Err(e) => {
-                        // asyncio appended the item before its len() raised.
-                        backlog.call_method1(intern!(py, "append"), (&data,))?;
-                        return Err(e);
-                    }
-                };
-                return Self::write_one(py, b, &data, data_len)
-                    .or_else(|e| Self::fatal_on_exception(py, proto, e));
+                return Self::write_single(py, b, &backlog, &tuple.get_item(0)?);
             }
         }
         let size_name = intern!(py, "_write_buffer_size");
@@ -553,6 +562,16 @@ impl TlsRecords {
         }
         if !data.is_truthy()? {
             return Ok(());
+        }
+        // The common case, one write while nothing is queued, without the `(data,)` tuple
+        // asyncio's `write` passes to `_write_appdata`.
+        if let Some(b) = self.bound(py)? {
+            if Self::is_wrapped(py, &b.proto)? {
+                let backlog = b.proto.getattr(intern!(py, "_write_backlog"))?;
+                if !backlog.is_truthy()? {
+                    return Self::write_single(py, &b, &backlog, &data);
+                }
+            }
         }
         let items = PyTuple::new(py, [data])?;
         self.write_appdata(py, items.into_any())
