@@ -20,6 +20,7 @@ import threading
 from asyncio import base_events, events
 from typing import Any
 
+from . import _task_registry
 from ._hooks import callback_source
 from ._native import Handle, LoopCore, SocketOperation, _install_fast_methods
 from ._signals import SignalOps
@@ -128,6 +129,9 @@ collections.abc.Coroutine.register(SocketOperation)
 
 # The hottest method gets a raw fast-call entry point (crates/py/src/fastcall.rs); same semantics.
 _install_fast_methods(Loop)
+
+# asyncio's task registry gets a native add (crates/py/src/task_registry.rs); same semantics.
+_task_registry.install()
 
 
 def new_event_loop() -> Loop:

@@ -17,14 +17,20 @@ __all__ = [
     "RequestCycle",
     "SocketOperation",
     "StreamCore",
+    "TaskRegistry",
     "TimerHandle",
     "TlsRecords",
     "__version__",
     "_install_fast_methods",
+    "_install_task_registry",
 ]
 DEBUG_BUILD: bool
 
 def _install_fast_methods(cls: type) -> None: ...
+def _install_task_registry(registry: object) -> None: ...
+
+@final
+class TaskRegistry: ...
 
 __version__: str
 

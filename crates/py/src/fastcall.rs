@@ -42,6 +42,29 @@ pub(crate) struct MethodDef(pub(crate) ffi::PyMethodDef);
 // 'static C strings and a function.
 unsafe impl Sync for MethodDef {}
 
+/// A built-in function made from `def`, bound to `slf` (CPython passes it back as `self`).
+///
+/// # Safety
+/// `def`'s function must accept `slf` as its `self` (the function object keeps its own reference
+/// to `slf`, so it stays alive for every call).
+pub(crate) unsafe fn bound_builtin<'py>(
+    slf: &Bound<'py, PyAny>,
+    def: &'static MethodDef,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: we hold the GIL (`slf` is bound); CPython only reads the 'static definition (the
+    // `*mut` is an artefact of the C signature); the caller vouches for `self`'s type.
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            slf.py(),
+            ffi::PyCFunction_NewEx(
+                std::ptr::addr_of!(def.0).cast_mut(),
+                slf.as_ptr(),
+                std::ptr::null_mut(),
+            ),
+        )
+    }
+}
+
 macro_rules! method_def {
     ($name:literal, $func:ident, $doc:literal) => {
         MethodDef(ffi::PyMethodDef {

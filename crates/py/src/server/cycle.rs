@@ -25,7 +25,7 @@ use pyo3::types::PyDict;
 use pyo3::{PyTraverseError, PyTypeInfo};
 
 use super::conn::Conn;
-use crate::fastcall::{entry, MethodDef};
+use crate::fastcall::{bound_builtin, entry, MethodDef};
 use crate::sock_ops::stop_iteration;
 
 /// An awaitable that is already done: awaiting it returns `value` without suspending the
@@ -146,22 +146,8 @@ static SEND: MethodDef = MethodDef(ffi::PyMethodDef {
 pub(super) fn bound_methods<'py>(
     cycle: &Bound<'py, Cycle>,
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-    let py = cycle.py();
-    let bind = |def: &'static MethodDef| {
-        // SAFETY: we hold the GIL; CPython only reads the 'static definition (the `*mut` is an
-        // artefact of the C signature), and the new function object takes its own reference to
-        // `cycle`, its `self`, which is a live `Cycle` as the entry points below require.
-        unsafe {
-            Bound::from_owned_ptr_or_err(
-                py,
-                ffi::PyCFunction_NewEx(
-                    std::ptr::addr_of!(def.0).cast_mut(),
-                    cycle.as_ptr(),
-                    std::ptr::null_mut(),
-                ),
-            )
-        }
-    };
+    // SAFETY: `cycle_receive` and `cycle_send` take a live `Cycle` as `self`.
+    let bind = |def: &'static MethodDef| unsafe { bound_builtin(cycle.as_any(), def) };
     Ok((bind(&RECEIVE)?, bind(&SEND)?))
 }
 
