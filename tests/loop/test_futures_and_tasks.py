@@ -113,6 +113,23 @@ def test_create_task_runs_in_given_context(loop):
     assert request_id.get() == "unset"
 
 
+def test_create_task_with_name_and_context_then_without_name(loop):
+    # ferroloop reuses one keyword dict for tasks created with context=; the name given to one
+    # task must not stick to the next.
+    context = contextvars.copy_context()
+    context.run(request_id.set, "ctx")
+
+    async def read():
+        return request_id.get(), asyncio.current_task().get_name()
+
+    named = loop.create_task(read(), name="named", context=context)
+    unnamed = loop.create_task(read(), context=context)
+    assert loop.run_until_complete(named) == ("ctx", "named")
+    value, name = loop.run_until_complete(unnamed)
+    assert value == "ctx"
+    assert name.startswith("Task-")
+
+
 def test_create_task_argument_forms_match_asyncio(loop):
     # ferroloop has a fast entry for create_task(coro); every other form takes the full path.
     async def noop():

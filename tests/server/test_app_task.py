@@ -30,6 +30,7 @@ def _check_fresh_task(info, value):
     assert first["coro_running"] is True
     assert first["var"] == "unset"  # nothing leaks from an earlier request's context
     assert after == {"same_task": True, "var": value}
+    return first["name"]
 
 
 def test_each_request_runs_in_its_own_task_and_context(server, connect):
@@ -37,6 +38,19 @@ def test_each_request_runs_in_its_own_task_and_context(server, connect):
     for value in ("a", "b", "c"):
         info = _task_info(connection.request("GET", f"/task-info?value={value}"))
         _check_fresh_task(info, value)
+
+
+@pytest.mark.ferroloop_only(reason="the name ferroloop gives its request tasks")
+def test_request_tasks_are_named_and_numbered(server, connect):
+    connection = connect(server)
+    names = [
+        _check_fresh_task(_task_info(connection.request("GET", "/task-info?value=n")), "n")
+        for _ in range(3)
+    ]
+    prefix = "ferroloop-request-"
+    assert all(name.startswith(prefix) for name in names), names
+    numbers = [int(name[len(prefix) :]) for name in names]
+    assert numbers == sorted(numbers) and len(set(numbers)) == 3, names
 
 
 @pytest.mark.ferroloop_only(

@@ -432,6 +432,7 @@ async def task_info(scope: Any, receive: Any, send: Any) -> None:
         "in_all_tasks": task in asyncio.all_tasks(),
         "coro_running": task is not None and task.get_coro().cr_running,
         "var": REQUEST_VAR.get(),
+        "name": task.get_name() if task is not None else None,
     }
     REQUEST_VAR.set(_query(scope).get("value", ""))
     await asyncio.sleep(0)

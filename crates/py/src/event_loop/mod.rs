@@ -125,9 +125,10 @@ pub struct LoopCore {
     /// creates (the C Future's `__init__` only reads them). Visited and cleared by the GC hooks,
     /// since it refers back to the loop.
     future_kwargs: LoopCell<Option<Py<PyDict>>>,
-    /// `{"loop": self, "context": ...}`, built once: the keyword arguments of a Task created
-    /// with `context=` (every server app task), whose `"context"` is set before each call and
-    /// reset to `None` after it, instead of copying `future_kwargs` per task. Visited and
+    /// `{"loop": self, "name": ..., "context": ...}`, built once: the keyword arguments of a Task
+    /// created with `context=` (every server app task), whose `"context"` (and `"name"`, when
+    /// given) is set before each call and reset to `None` after it, instead of copying
+    /// `future_kwargs` per task. Visited and
     /// cleared by the GC hooks like `future_kwargs`.
     context_kwargs: LoopCell<Option<Py<PyDict>>>,
     /// asyncio's `_task_factory` attribute (set by `BaseEventLoop.__init__` and
@@ -194,13 +195,14 @@ impl LoopCore {
         Ok(bound)
     }
 
-    /// `context_kwargs`, built on first use (`"context"` is `None` between calls).
+    /// `context_kwargs`, built on first use (`"name"` and `"context"` are `None` between calls;
+    /// `name=None` is what `Task` takes as no name).
     fn context_kwargs<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
         Self::cached_kwargs(slf, &slf.get().context_kwargs, true)
     }
 
-    /// The dict in `cell`, made on first use as `{"loop": self}` (plus `"context": None` when
-    /// `with_context`).
+    /// The dict in `cell`, made on first use as `{"loop": self}` (plus `"name": None` and
+    /// `"context": None` when `with_context`).
     fn cached_kwargs<'py>(
         slf: &Bound<'py, Self>,
         cell: &LoopCell<Option<Py<PyDict>>>,
@@ -214,6 +216,7 @@ impl LoopCore {
         let d = PyDict::new(py);
         d.set_item(intern!(py, "loop"), slf)?;
         if with_context {
+            d.set_item(intern!(py, "name"), py.None())?;
             d.set_item(intern!(py, "context"), py.None())?;
         }
         *cached = Some(d.clone().unbind());
@@ -576,12 +579,20 @@ impl LoopCore {
         if this.flags.closed() {
             return Err(closed_error());
         }
-        if let (None, Some(context)) = (name, context) {
+        if let Some(context) = context {
+            // `Task.__init__` parses its keywords before running any code, so a `create_task`
+            // reached from inside it finds the dict back at `None`s, as it must be between calls.
             let kwargs = Self::context_kwargs(slf)?;
-            let key = intern!(py, "context");
-            kwargs.set_item(key, context)?;
+            let (context_key, name_key) = (intern!(py, "context"), intern!(py, "name"));
+            kwargs.set_item(context_key, context)?;
+            if let Some(name) = name {
+                kwargs.set_item(name_key, name)?;
+            }
             let task = crate::hooks::task_type(py)?.call((coro,), Some(&kwargs));
-            kwargs.set_item(key, py.None())?;
+            kwargs.set_item(context_key, py.None())?;
+            if name.is_some() {
+                kwargs.set_item(name_key, py.None())?;
+            }
             return Ok(task?.unbind());
         }
         let mut kwargs = Self::loop_kwargs(slf)?;

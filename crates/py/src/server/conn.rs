@@ -477,7 +477,8 @@ impl Conn {
             .call1((scope, receive, send))
             .and_then(|coro| {
                 let context = server.task_context(py)?;
-                LoopCore::create_task(loop_core, &coro, None, Some(&context))
+                let name = server.task_name(py)?;
+                LoopCore::create_task(loop_core, &coro, Some(name.as_any()), Some(&context))
             });
         match started {
             Ok(task) => {
