@@ -10,6 +10,10 @@ for every TLS record are replaced by the bound methods of a native ``TlsRecords`
 ``_ssl._SSLSocket`` and ``MemoryBIO`` methods directly; in any other state they call asyncio's
 method. These method names and bodies are the same in CPython 3.11, 3.12 and 3.13.
 
+The loop builds it for ``ssl=`` connections and servers (``_transports.TransportOps.
+_make_ssl_transport``) and for ``start_tls`` upgrades (``TransportOps.start_tls``, with
+``call_connection_made=False``); the constructor takes asyncio's arguments unchanged.
+
 A custom ``SSLContext.sslobject_class`` (anything but ``ssl.SSLObject``) keeps asyncio's code
 throughout, since its ``read``/``write`` may differ from the C object's.
 """

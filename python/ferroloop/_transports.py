@@ -2,20 +2,21 @@
 
 Stream transports over plain TCP and Unix sockets are native (``_socket_transport``, over
 ``crates/py/src/transport``), also under TLS (asyncio's ``sslproto`` layered on top, with its
-per-record path native: ``_ssl_protocol``), and so are
-datagram transports over plain UDP and Unix datagram sockets (``_datagram_transport``) and the
-read- and write-pipe transports (``_pipe_transport``), which carry every subprocess pipe.
-Everything else is asyncio's own implementation: the subprocess transport (it orchestrates the
-child and its pipe transports), and stream and datagram transports over other socket objects.
-Those need only a few hooks from
-their loop: ``_add_reader``/``_add_writer``/``_remove_reader``/``_remove_writer`` (native), a
+per-record path native: ``_ssl_protocol``; ``ssl=`` connections get it through
+``_make_ssl_transport``, upgrades through ``start_tls``, which is ferroloop's own because
+asyncio's names its class), and so are datagram transports over plain UDP and Unix datagram
+sockets (``_datagram_transport``) and the read- and write-pipe transports (``_pipe_transport``),
+which carry every subprocess pipe. Everything else is asyncio's own implementation: the
+subprocess transport (it orchestrates the child and its pipe transports), and stream and
+datagram transports over other socket objects. Those need only a few hooks from their loop:
+``_add_reader``/``_add_writer``/``_remove_reader``/``_remove_writer`` (native), a
 ``_transports`` map from fd to transport, and the
 ``_start_serving``/``_accept_connection``/``_stop_serving`` plumbing. This mixin supplies those
-hooks and borrows the stdlib methods that build on them, so
-create_connection, create_server, create_datagram_endpoint, create_unix_connection/server,
-connect_read_pipe/write_pipe, subprocess_exec/shell, start_tls and sendfile behave exactly as in
-asyncio, driven by the native readiness registry. The borrowed functions were checked to use
-neither a zero-argument `super()` nor the selector.
+hooks and borrows the stdlib methods that build on them, so create_connection, create_server,
+create_datagram_endpoint, create_unix_connection/server, connect_read_pipe/write_pipe,
+subprocess_exec/shell and sendfile behave exactly as in asyncio, driven by the native readiness
+registry. The borrowed functions were checked to use neither a zero-argument `super()` nor the
+selector.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import selectors
 import socket
+import ssl
 import sys
 import weakref
 from asyncio import constants, selector_events, unix_events
@@ -175,6 +177,61 @@ class TransportOps:
             ssl_shutdown_timeout=ssl_shutdown_timeout,
         )
         self._make_socket_transport(rawsock, ssl_protocol, extra=extra, server=server)
+        return ssl_protocol._app_transport
+
+    async def start_tls(
+        self,
+        transport: Any,
+        protocol: Any,
+        sslcontext: Any,
+        *,
+        server_side: bool = False,
+        server_hostname: str | None = None,
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+    ) -> Any:
+        """Upgrade ``transport`` to TLS and return the transport ``protocol`` uses from now on.
+
+        asyncio's ``BaseEventLoop.start_tls`` (the same in 3.11, 3.12 and 3.13: the same checks
+        and messages, in the same order) with ferroloop's ``SSLProtocol``, so an upgraded
+        connection takes the native per-record path as one made with ``ssl=`` does. The TLS
+        protocol replaces ``protocol`` on the transport without a second ``connection_made``;
+        reading is paused across the switch so no bytes reach the TLS protocol before its own
+        ``connection_made`` (which starts the handshake) has run. If the handshake fails or the
+        caller is cancelled, the transport is closed and the pending switch callbacks dropped.
+        """
+        if not isinstance(sslcontext, ssl.SSLContext):
+            raise TypeError(
+                f"sslcontext is expected to be an instance of ssl.SSLContext, got {sslcontext!r}"
+            )
+        if not getattr(transport, "_start_tls_compatible", False):
+            raise TypeError(f"transport {transport!r} is not supported by start_tls()")
+
+        handshake_done = self.create_future()  # type: ignore[attr-defined]
+        ssl_protocol = SSLProtocol(
+            self,
+            protocol,
+            sslcontext,
+            handshake_done,
+            server_side,
+            server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
+            call_connection_made=False,
+        )
+        transport.pause_reading()
+        transport.set_protocol(ssl_protocol)
+        switch = (
+            self.call_soon(ssl_protocol.connection_made, transport),  # type: ignore[attr-defined]
+            self.call_soon(transport.resume_reading),  # type: ignore[attr-defined]
+        )
+        try:
+            await handshake_done
+        except BaseException:
+            transport.close()
+            for handle in switch:
+                handle.cancel()
+            raise
         return ssl_protocol._app_transport
 
     def _check_no_transport(self, sock: Any) -> None:
