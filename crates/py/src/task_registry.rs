@@ -6,14 +6,13 @@
 //! task)`. That runs `WeakSet.add`, a Python method, and when the task dies its weak reference's
 //! callback `WeakSet._remove`, a Python closure: together about 3,300 instructions per task, more
 //! than a tenth of a gathered task's whole cost. Method lookup finds an instance attribute before
-//! a plain function of the class, so `install` puts a built-in `add` in the set's `__dict__`;
+//! a plain function of the class, so `_install_task_registry` puts a built-in `add` in the set's `__dict__`;
 //! the C code then calls it with a vectorcall. Both functions do what `WeakSet`'s Python code
 //! does, in the same order, through the same attributes:
 //!
 //! - `add(item)`: if `self._pending_removals` is non-empty, call `self._commit_removals()`; then
 //!   `self.data.add(weakref.ref(item, remove))`.
-//! - `remove(wr)` (the weak reference's callback): if the set is still alive, append `wr` to
-//!   `self._pending_removals` while `self._iterating` is non-empty (an iteration is in
+//! - `remove(wr)` (the weak reference's callback): append `wr` to `self._pending_removals` while `self._iterating` is non-empty (an iteration is in
 //!   progress), else `self.data.discard(wr)`.
 //!
 //! `remove` is the native counterpart of the set's `_remove` closure; `WeakSet`'s other methods
@@ -22,7 +21,7 @@
 //!
 //! Invariants:
 //! - The attributes read (`data`, `_pending_removals`, `_iterating`, `_commit_removals`) are
-//!   `WeakSet`'s in CPython 3.11 through 3.13; `install` refuses anything that is not exactly a
+//!   `WeakSet`'s in CPython 3.11 through 3.13; `_install_task_registry` refuses anything that is not exactly a
 //!   `weakref.WeakSet` with them, and `ferroloop._task_registry` only installs on those versions.
 //! - `add` and `remove` are bound to one state that holds the set, as a bound `WeakSet.add` does.
 //!   The set's `__dict__` holds `add`, and `data`'s weak references hold `remove`: cycles the
