@@ -12,8 +12,9 @@
 //!
 //! - `add(item)`: if `self._pending_removals` is non-empty, call `self._commit_removals()`; then
 //!   `self.data.add(weakref.ref(item, remove))`.
-//! - `remove(wr)` (the weak reference's callback): append `wr` to `self._pending_removals` while `self._iterating` is non-empty (an iteration is in
-//!   progress), else `self.data.discard(wr)`.
+//! - `remove(wr)` (the weak reference's callback): append `wr` to `self._pending_removals`
+//!   while `self._iterating` is non-empty (an iteration is in progress), else
+//!   `self.data.discard(wr)`.
 //!
 //! `remove` is the native counterpart of the set's `_remove` closure; `WeakSet`'s other methods
 //! (`__iter__`, `__len__`, `discard`, `_commit_removals`) only see the weak references in `data`
