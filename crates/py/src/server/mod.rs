@@ -23,7 +23,7 @@ mod receive;
 mod respond;
 mod scope;
 
-use std::io;
+use std::io::{self, Write as _};
 use std::os::fd::RawFd;
 
 use ferroloop_core::http::{DateCache, Limits};
@@ -472,8 +472,15 @@ impl HttpServer {
     pub(crate) fn task_name<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
         let mut st = self.state.borrow(py)?;
         st.tasks_started += 1;
-        let name = format!("ferroloop-request-{}", st.tasks_started);
-        Ok(PyString::new(py, &name))
+        // Formatted on the stack: the prefix and at most 20 digits fit in 40 bytes.
+        let mut buf = [0u8; 40];
+        let mut rest = &mut buf[..];
+        let _ = write!(rest, "ferroloop-request-{}", st.tasks_started);
+        let len = 40 - rest.len();
+        Ok(PyString::new(
+            py,
+            std::str::from_utf8(&buf[..len]).unwrap_or("ferroloop-request"),
+        ))
     }
 
     pub(crate) fn task_context<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
