@@ -75,9 +75,7 @@ class UnderCallgrind:
 def run_once(args, n: int, out: Path) -> int:
     """Serve n requests under callgrind; return the total instruction count."""
     log = out.with_suffix(".log")
-    proc = servers.ServerProcess(
-        UnderCallgrind(out, n, tuple(args.server_arg)), args.app, [], log
-    )
+    proc = servers.ServerProcess(UnderCallgrind(out, n, tuple(args.server_arg)), args.app, [], log)
     with proc:
         url = f"http://{servers.HOST}:{proc.port}{args.path}"
         deadline = time.monotonic() + 120

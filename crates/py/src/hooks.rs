@@ -111,3 +111,16 @@ pub fn is_plain_socket(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
 pub fn socket_ops(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     cached(py, &SOCKET_OPS, "ferroloop._sockets", &["SocketOps"])
 }
+
+static NATIVE_TASK_FACTORY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Whether `factory` is `ferroloop.task_factory` (then `create_task` builds the task natively).
+pub fn is_native_task_factory(factory: &Bound<'_, PyAny>) -> bool {
+    cached(
+        factory.py(),
+        &NATIVE_TASK_FACTORY,
+        "ferroloop._task",
+        &["task_factory"],
+    )
+    .is_ok_and(|f| f.is(factory))
+}

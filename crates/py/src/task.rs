@@ -76,6 +76,8 @@ struct State {
     fut_waiter: Option<Py<PyAny>>,
     callbacks: Vec<(Py<PyAny>, Py<PyAny>)>,
     log_destroy_pending: bool,
+    /// Where the task was made, in debug mode (`_source_traceback`).
+    source_tb: Option<Py<PyAny>>,
     /// Set once `start` ran (registered, first step queued).
     started: bool,
     hook: Option<Py<Cycle>>,
@@ -98,6 +100,7 @@ impl Drop for State {
             self.cancel_msg.take(),
             self.cancelled_exc.take(),
             self.fut_waiter.take(),
+            self.source_tb.take(),
         ];
         for field in fields.into_iter().flatten() {
             drop(field.into_bound(py));
@@ -269,6 +272,22 @@ unsafe extern "C" fn task_wakeup_entry(
     })
 }
 
+/// What the C Task's `__init__` accepts: a coroutine (`asyncio.iscoroutine`).
+fn check_coroutine(coro: &Bound<'_, PyAny>) -> PyResult<()> {
+    // Only the static type object's address is taken.
+    let exact = std::ptr::eq(
+        coro.get_type_ptr(),
+        std::ptr::addr_of_mut!(ffi::PyCoro_Type),
+    );
+    if exact || crate::hooks::call(coro.py(), "is_coroutine", (coro,))?.is_truthy()? {
+        return Ok(());
+    }
+    Err(PyTypeError::new_err(format!(
+        "a coroutine was expected, got {}",
+        coro.repr()?
+    )))
+}
+
 fn is_cancelled_error(py: Python<'_>, e: &PyErr) -> bool {
     e.is_instance_of::<CancelledError>(py)
 }
@@ -305,21 +324,35 @@ impl Task {
             fut_waiter: None,
             callbacks: Vec::new(),
             log_destroy_pending: true,
+            source_tb: None,
             started: false,
             hook,
         }
     }
 
-    /// Creates a task for the server: `coro` on the ferroloop loop `core`, in `context`, named
-    /// `name`; `hook` is told when it is done. Registered and scheduled like a C Task.
-    pub(crate) fn spawn<'py>(
+    /// Creates, registers and schedules a task on the ferroloop loop `loop_core`, as
+    /// `ferroloop.Task(coro, loop=..., name=..., context=...)` does but without parsing
+    /// arguments; `hook` (the server's request cycle) is told when it is done.
+    pub(crate) fn create<'py>(
         loop_core: &Bound<'py, LoopCore>,
         coro: &Bound<'py, PyAny>,
-        name: Bound<'py, PyAny>,
-        context: Bound<'py, PyAny>,
-        hook: Py<Cycle>,
+        name: Option<Bound<'py, PyAny>>,
+        context: Option<Bound<'py, PyAny>>,
+        hook: Option<Py<Cycle>>,
     ) -> PyResult<Bound<'py, Task>> {
         let py = loop_core.py();
+        check_coroutine(coro)?;
+        let context = match context.filter(|c| !c.is_none()) {
+            Some(c) => c,
+            // SAFETY: we hold the GIL; PyContext_CopyCurrent returns a new reference or NULL
+            // with an exception set.
+            None => unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_CopyCurrent()) }?,
+        };
+        let name = match name.filter(|n| !n.is_none()) {
+            Some(n) if n.is_exact_instance_of::<PyString>() => Some(n.unbind()),
+            Some(n) => Some(n.str()?.into_any().unbind()),
+            None => None,
+        };
         let task = Bound::new(
             py,
             Task {
@@ -327,9 +360,9 @@ impl Task {
                 st: LoopCell::new(Self::new_state(
                     loop_core.clone().into_any().unbind(),
                     coro.clone().unbind(),
-                    Some(name.unbind()),
+                    name,
                     context.unbind(),
-                    Some(hook),
+                    hook,
                 )),
             },
         )?;
@@ -378,9 +411,12 @@ impl Task {
     fn schedule(slf: &Bound<'_, Self>, exc: Option<Bound<'_, PyAny>>) -> PyResult<()> {
         let py = slf.py();
         if let Some(core) = &slf.get().core {
-            let arg = exc.as_ref().map(|e| StepArg::Throw(e.clone().unbind()));
-            if LoopCore::push_task_step(core.bind(py), slf, arg)? {
-                return Ok(());
+            let core = core.bind(py);
+            if crate::cached_method::own_call_soon(core.as_any()) {
+                let arg = exc.as_ref().map(|e| StepArg::Throw(e.clone().unbind()));
+                if LoopCore::push_task_step(core, slf, arg)? {
+                    return Ok(());
+                }
             }
         }
         let loop_ = slf.get().loop_of(py)?;
@@ -865,7 +901,7 @@ fn call_soon(
     context: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
     let py = loop_.py();
-    if let Some(core) = core {
+    if let Some(core) = core.filter(|_| crate::cached_method::own_call_soon(loop_)) {
         LoopCore::call_soon_impl(
             core.bind(py),
             callback,
@@ -953,18 +989,7 @@ impl Task {
                 "ferroloop.Task does not support eager_start=True",
             ));
         }
-        // Only the static type object's address is taken.
-        let exact = std::ptr::eq(
-            coro.get_type_ptr(),
-            std::ptr::addr_of_mut!(ffi::PyCoro_Type),
-        );
-        let is_coro = exact || crate::hooks::call(py, "is_coroutine", (coro,))?.is_truthy()?;
-        if !is_coro {
-            return Err(PyTypeError::new_err(format!(
-                "a coroutine was expected, got {}",
-                coro.repr()?
-            )));
-        }
+        check_coroutine(coro)?;
         let loop_ = match r#loop.filter(|l| !l.is_none()) {
             Some(l) => l.clone(),
             None => py
@@ -982,16 +1007,25 @@ impl Task {
             Some(n) => Some(n.str()?.into_any().unbind()),
             None => None,
         };
+        // In debug mode, where it was made (the frames of the Python code that called us), as
+        // asyncio's Future records it.
+        let source_tb = if loop_.call_method0(intern!(py, "get_debug"))?.is_truthy()? {
+            Some(crate::hooks::call(py, "extract_stack", ())?.unbind())
+        } else {
+            None
+        };
         let native = loop_.cast::<LoopCore>().ok().map(|c| c.clone().unbind());
+        let mut state = Self::new_state(
+            loop_.unbind(),
+            coro.clone().unbind(),
+            name,
+            context.unbind(),
+            None,
+        );
+        state.source_tb = source_tb;
         Ok(Task {
             core: native,
-            st: LoopCell::new(Self::new_state(
-                loop_.unbind(),
-                coro.clone().unbind(),
-                name,
-                context.unbind(),
-                None,
-            )),
+            st: LoopCell::new(state),
         })
     }
 
@@ -1303,8 +1337,13 @@ impl Task {
     }
 
     #[getter]
-    fn _source_traceback(_slf: &Bound<'_, Self>) -> Option<Py<PyAny>> {
-        None
+    fn _source_traceback(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        Ok(self
+            .st
+            .borrow(py)?
+            .source_tb
+            .as_ref()
+            .map(|t| t.clone_ref(py)))
     }
 
     #[getter]
@@ -1341,6 +1380,7 @@ impl Task {
         visit.call(&st.cancel_msg)?;
         visit.call(&st.cancelled_exc)?;
         visit.call(&st.fut_waiter)?;
+        visit.call(&st.source_tb)?;
         visit.call(&st.hook)?;
         for (cb, ctx) in &st.callbacks {
             visit.call(cb)?;
@@ -1495,7 +1535,7 @@ impl Task {
     /// What `task_finalize` reports, if anything.
     fn finalize(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
-        let (pending, unretrieved, loop_) = {
+        let (pending, unretrieved, loop_, source_tb) = {
             let Some(mut st) = slf.get().st.try_borrow_for_gc() else {
                 return Ok(());
             };
@@ -1510,6 +1550,7 @@ impl Task {
                 pending,
                 unretrieved,
                 st.loop_.as_ref().map(|l| l.clone_ref(py)),
+                st.source_tb.as_ref().map(|t| t.clone_ref(py)),
             )
         };
         let Some(loop_) = loop_ else {
@@ -1520,6 +1561,9 @@ impl Task {
             let context = PyDict::new(py);
             context.set_item("message", "Task was destroyed but it is pending!")?;
             context.set_item("task", slf)?;
+            if let Some(tb) = &source_tb {
+                context.set_item("source_traceback", tb)?;
+            }
             loop_.call_method1(intern!(py, "call_exception_handler"), (context,))?;
         }
         if let Some(exc) = unretrieved {
@@ -1527,6 +1571,9 @@ impl Task {
             context.set_item("message", "Task exception was never retrieved")?;
             context.set_item("exception", exc)?;
             context.set_item("future", slf)?;
+            if let Some(tb) = &source_tb {
+                context.set_item("source_traceback", tb)?;
+            }
             loop_.call_method1(intern!(py, "call_exception_handler"), (context,))?;
         }
         Ok(())

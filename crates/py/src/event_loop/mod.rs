@@ -135,6 +135,10 @@ pub struct LoopCore {
     /// `set_task_factory`, read by `get_task_factory`), held here so that `create_task` reads it
     /// without a Python attribute lookup. Visited and cleared by the GC hooks.
     task_factory: LoopCell<Option<Py<PyAny>>>,
+    /// `create_task` without a task factory makes a `ferroloop.Task` (`task.rs`) unless
+    /// `FERROLOOP_NATIVE_TASKS=0` was set when the loop was created; in debug mode it always
+    /// makes asyncio's Task.
+    native_tasks: bool,
     /// This loop's bound `call_soon`, handed out by the `call_soon` descriptor
     /// (`cached_method.rs`) to the C `Task`/`Future` lookups instead of a new method object each
     /// time. Visited and cleared by the GC hooks, dropped by `close()`.
@@ -377,6 +381,76 @@ impl LoopCore {
         Ok(slf.get().task_factory.borrow(slf.py())?.is_some())
     }
 
+    /// `create_task`, making a `ferroloop.Task` when `native` (and no task factory or debug
+    /// mode says otherwise), else asyncio's C Task; the server asks for either.
+    pub(crate) fn create_task_as(
+        slf: &Bound<'_, Self>,
+        coro: &Bound<'_, PyAny>,
+        name: Option<&Bound<'_, PyAny>>,
+        context: Option<&Bound<'_, PyAny>>,
+        native_default: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        let with_options = |kwargs: &Bound<'_, PyDict>| -> PyResult<()> {
+            if let Some(name) = name {
+                kwargs.set_item(intern!(py, "name"), name)?;
+            }
+            if let Some(context) = context {
+                kwargs.set_item(intern!(py, "context"), context)?;
+            }
+            Ok(())
+        };
+        // Some(native): no factory, or `ferroloop.task_factory`; None: another factory.
+        let native = match &*this.task_factory.borrow(py)? {
+            None => Some(native_default),
+            Some(f) => crate::hooks::is_native_task_factory(f.bind(py)).then_some(true),
+        };
+        if native == Some(true) && !this.flags.debug() {
+            // A `ferroloop.Task`, made without Python calls.
+            if this.flags.closed() {
+                return Err(closed_error());
+            }
+            let task = crate::task::Task::create(slf, coro, name.cloned(), context.cloned(), None)?;
+            return Ok(task.into_any().unbind());
+        }
+        let factory_set = this.task_factory.borrow(py)?.is_some();
+        if this.flags.debug() || factory_set {
+            let kwargs = PyDict::new(py);
+            with_options(&kwargs)?;
+            return Ok(crate::hooks::base_create_task(py)?
+                .call((slf, coro), Some(&kwargs))?
+                .unbind());
+        }
+        if this.flags.closed() {
+            return Err(closed_error());
+        }
+        if let Some(context) = context {
+            // `Task.__init__` parses its keywords before running any code, so a `create_task`
+            // reached from inside it finds the dict back at `None`s, as it must be between calls.
+            let kwargs = Self::context_kwargs(slf)?;
+            let (context_key, name_key) = (intern!(py, "context"), intern!(py, "name"));
+            kwargs.set_item(context_key, context)?;
+            if let Some(name) = name {
+                kwargs.set_item(name_key, name)?;
+            }
+            let task = crate::hooks::task_type(py)?.call((coro,), Some(&kwargs));
+            kwargs.set_item(context_key, py.None())?;
+            if name.is_some() {
+                kwargs.set_item(name_key, py.None())?;
+            }
+            return Ok(task?.unbind());
+        }
+        let mut kwargs = Self::loop_kwargs(slf)?;
+        if name.is_some() || context.is_some() {
+            kwargs = kwargs.copy()?;
+            with_options(&kwargs)?;
+        }
+        Ok(crate::hooks::task_type(py)?
+            .call((coro,), Some(&kwargs))?
+            .unbind())
+    }
+
     /// Queues a `ferroloop.Task` step without a handle (`Ready::Task`). `Ok(false)` in debug
     /// mode, where the task goes through `call_soon` so that its steps get handles (tracebacks,
     /// slow-callback reports).
@@ -469,6 +543,7 @@ impl LoopCore {
             future_kwargs: LoopCell::new(None),
             context_kwargs: LoopCell::new(None),
             task_factory: LoopCell::new(None),
+            native_tasks: std::env::var_os("FERROLOOP_NATIVE_TASKS").is_none_or(|v| v != "0"),
             bound_call_soon: LoopCell::new(None),
         })
     }
@@ -581,8 +656,9 @@ impl LoopCore {
         .map(Bound::unbind)
     }
 
-    /// `asyncio.Task(coro, loop=self, name=name, context=context)`; a task factory or debug mode
-    /// goes through asyncio's own `create_task`.
+    /// A `ferroloop.Task` (`task.rs`) for `coro`, or with `FERROLOOP_NATIVE_TASKS=0`
+    /// `asyncio.Task(coro, loop=self, name=name, context=context)`; a task factory (other than
+    /// `ferroloop.task_factory`) or debug mode goes through asyncio's own `create_task`.
     #[pyo3(signature = (coro, *, name=None, context=None))]
     pub(crate) fn create_task(
         slf: &Bound<'_, Self>,
@@ -590,52 +666,7 @@ impl LoopCore {
         name: Option<&Bound<'_, PyAny>>,
         context: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let py = slf.py();
-        let this = slf.get();
-        let with_options = |kwargs: &Bound<'_, PyDict>| -> PyResult<()> {
-            if let Some(name) = name {
-                kwargs.set_item(intern!(py, "name"), name)?;
-            }
-            if let Some(context) = context {
-                kwargs.set_item(intern!(py, "context"), context)?;
-            }
-            Ok(())
-        };
-        let has_factory = this.task_factory.borrow(py)?.is_some();
-        if this.flags.debug() || has_factory {
-            let kwargs = PyDict::new(py);
-            with_options(&kwargs)?;
-            return Ok(crate::hooks::base_create_task(py)?
-                .call((slf, coro), Some(&kwargs))?
-                .unbind());
-        }
-        if this.flags.closed() {
-            return Err(closed_error());
-        }
-        if let Some(context) = context {
-            // `Task.__init__` parses its keywords before running any code, so a `create_task`
-            // reached from inside it finds the dict back at `None`s, as it must be between calls.
-            let kwargs = Self::context_kwargs(slf)?;
-            let (context_key, name_key) = (intern!(py, "context"), intern!(py, "name"));
-            kwargs.set_item(context_key, context)?;
-            if let Some(name) = name {
-                kwargs.set_item(name_key, name)?;
-            }
-            let task = crate::hooks::task_type(py)?.call((coro,), Some(&kwargs));
-            kwargs.set_item(context_key, py.None())?;
-            if name.is_some() {
-                kwargs.set_item(name_key, py.None())?;
-            }
-            return Ok(task?.unbind());
-        }
-        let mut kwargs = Self::loop_kwargs(slf)?;
-        if name.is_some() || context.is_some() {
-            kwargs = kwargs.copy()?;
-            with_options(&kwargs)?;
-        }
-        Ok(crate::hooks::task_type(py)?
-            .call((coro,), Some(&kwargs))?
-            .unbind())
+        Self::create_task_as(slf, coro, name, context, slf.get().native_tasks)
     }
 
     /// `sock.recv(n)` as an awaitable that finishes without a Future when data is there

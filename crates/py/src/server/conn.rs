@@ -483,11 +483,23 @@ impl Conn {
                 let name = server.task_name(py)?;
                 if native {
                     let hook = cycle.clone().unbind();
-                    let task = Task::spawn(loop_core, &coro, name.into_any(), context, hook)?;
+                    let task = Task::create(
+                        loop_core,
+                        &coro,
+                        Some(name.into_any()),
+                        Some(context),
+                        Some(hook),
+                    )?;
                     return Ok((task.into_any().unbind(), false));
                 }
-                LoopCore::create_task(loop_core, &coro, Some(name.as_any()), Some(&context))
-                    .map(|t| (t, true))
+                LoopCore::create_task_as(
+                    loop_core,
+                    &coro,
+                    Some(name.as_any()),
+                    Some(&context),
+                    false,
+                )
+                .map(|t| (t, true))
             });
         match started {
             Ok((task, needs_callback)) => {
