@@ -64,13 +64,34 @@ class PerLoop:
 
 
 @dataclass(frozen=True)
+class PerTask:
+    """A TestCase that runs one of the module's suites written per Task class with
+    ``ferroloop.Task``, the way the module builds its own (``CTask_CFuture_Tests``,
+    ``CCurrentLoopTests``): named ``name``, derived from the module's classes ``bases``, with
+    the class attribute ``Task`` set to ferroloop.Task and ``Future`` to asyncio's C Future
+    (``future="c"``) or pure-Python one (``"py"``); ``new_task``, if set, also builds
+    ferroloop.Task (``BaseCurrentLoopTests`` asks for that method instead of the attribute).
+    ``test_utils.TestCase`` is added unless a base is a TestCase already. ``subclassed``
+    applies the module's ``add_subclass_tests``: the tests then run on subclasses of both.
+    Built only for the ferroloop run: they test ferroloop's Task, not the loop.
+    """
+
+    name: str
+    bases: tuple[str, ...]
+    future: str = "c"
+    new_task: bool = False
+    subclassed: bool = False
+
+
+@dataclass(frozen=True)
 class Selection:
     """Which tests of one ``test.test_asyncio`` module run on the loop under test.
 
     ``classes`` names TestCase classes of the module that take their loop from the policy
     (``None``: every class the module defines); ``tests`` names single tests
     (``Class.test_name``) of classes that otherwise build asyncio's loops or mocks;
-    ``per_loop`` lists the classes built for the loop under test (``PerLoop``). ``exclude``
+    ``per_loop`` lists the classes built for the loop under test (``PerLoop``), ``per_task``
+    those built for ferroloop.Task (``PerTask``). ``exclude``
     drops single tests (``Class.test_name``, the class as the test id names it) of those that
     test asyncio's implementation rather than the loop (each listed in EXCEPTIONS.md).
     """
@@ -78,6 +99,7 @@ class Selection:
     classes: tuple[str, ...] | None = None
     tests: tuple[str, ...] = ()
     per_loop: tuple[PerLoop, ...] = ()
+    per_task: tuple[PerTask, ...] = ()
     exclude: tuple[str, ...] = ()
 
 
@@ -110,7 +132,17 @@ def track_shutdown_asyncgens(loop: Any) -> Any:
 # test_protocols (abstract classes), and in the modules below, the classes that run on
 # TestLoop or mocks or patch asyncio's private helpers.
 MODULES: dict[str, Selection] = {
-    "test_tasks": Selection(),
+    "test_tasks": Selection(
+        # CPython's Task tests, once more with ferroloop.Task as the Task class (the module
+        # runs them with _CTask and _PyTask). SetMethodsTest is left out: it calls
+        # Future.set_result(task, ...) on the task, which only works on a Future subclass.
+        per_task=(
+            PerTask("NativeTask_CFuture_Tests", ("BaseTaskTests",)),
+            PerTask("NativeTask_PyFuture_Tests", ("BaseTaskTests",), future="py"),
+            PerTask("NativeTask_CFuture_SubclassTests", ("BaseTaskTests",), subclassed=True),
+            PerTask("NativeCurrentLoopTests", ("BaseCurrentLoopTests",), new_task=True),
+        ),
+    ),
     "test_subprocess": Selection(
         # Every child watcher, each on a loop under test; MultiLoopChildWatcher is skipped
         # by CPython itself, SubprocessTransportTests runs on TestLoop.
@@ -335,6 +367,9 @@ def build_suite(
         suite.addTests(
             loader.loadTestsFromTestCase(per_loop_class(module, per_loop, loop_name, make_loop))
         )
+    if loop_name == "ferroloop":
+        for per_task in selection.per_task:
+            suite.addTests(loader.loadTestsFromTestCase(per_task_class(module, per_task)))
     prefix = loop_name.capitalize()
     excluded = {f"{module.__name__}.{name.format(loop=prefix)}" for name in selection.exclude}
     unknown = excluded - {test.id() for test in iter_tests(suite)}
@@ -365,6 +400,28 @@ def per_loop_class(
     else:
         namespace[per_loop.factory] = lambda self: adapt(make_loop())
     return type(class_name, bases, namespace)
+
+
+def per_task_class(module: Any, per_task: PerTask) -> type[unittest.TestCase]:
+    from asyncio import futures
+
+    import ferroloop
+    from test.test_asyncio import utils as test_utils
+
+    bases = tuple(getattr(module, base) for base in per_task.bases)
+    if not any(issubclass(base, unittest.TestCase) for base in bases):
+        bases += (test_utils.TestCase,)
+    future = {"c": futures._CFuture, "py": futures._PyFuture}[per_task.future]
+    namespace: dict[str, Any] = {
+        "__module__": module.__name__,
+        "__qualname__": per_task.name,
+        "Task": ferroloop.Task,
+        "Future": future,
+    }
+    if per_task.new_task:
+        namespace["new_task"] = lambda self, coro: ferroloop.Task(coro, loop=self.loop)
+    test_class = type(per_task.name, bases, namespace)
+    return module.add_subclass_tests(test_class) if per_task.subclassed else test_class
 
 
 def iter_tests(suite: unittest.TestSuite) -> Iterator[unittest.TestCase]:
