@@ -21,6 +21,7 @@ import re
 import sys
 import types
 import weakref
+from typing import Any
 
 import pytest
 
@@ -147,6 +148,36 @@ def test_task_is_weakly_referenceable_hashable_and_takes_attributes(loop, Task):
     task.request_tag = "abc"
     assert task.request_tag == "abc"
     loop.run_until_complete(asyncio.gather(*asyncio.all_tasks(loop)))
+    del task
+    gc.collect()
+    assert ref() is None
+
+
+class Holder:
+    task: Any = None
+
+
+async def return_a_holder_of_the_task():
+    holder = Holder()
+    holder.task = asyncio.current_task()
+    return holder
+
+
+async def fail_with_the_task_in_the_frame():
+    task = asyncio.current_task()
+    raise ValueError(f"the frame holds {task.get_name()}")
+
+
+@pytest.mark.parametrize(
+    "body", [return_a_holder_of_the_task, fail_with_the_task_in_the_frame], ids=["result", "exc"]
+)
+def test_task_in_a_reference_cycle_is_collected(loop, Task, body):
+    # task -> result (or exception -> traceback -> frame) -> task: only the cycle collector
+    # can free it, and only if the task's class traverses what it holds.
+    task = Task(body(), loop=loop)
+    loop.run_until_complete(asyncio.wait([task]))
+    task.exception()
+    ref = weakref.ref(task)
     del task
     gc.collect()
     assert ref() is None
@@ -306,6 +337,18 @@ def test_bare_yields_interleave_tasks_round_robin(loop, Task):
     second = Task(worker("b"), loop=loop)
     loop.run_until_complete(asyncio.gather(first, second))
     assert order == ["a0", "b0", "a1", "b1", "a2", "b2"]
+
+
+def test_bare_yield_resumes_after_the_callbacks_already_scheduled(loop, Task):
+    order = []
+
+    async def body():
+        loop.call_soon(order.append, "callback scheduled before the yield")
+        await bare_yield()
+        order.append("task resumed")
+
+    loop.run_until_complete(Task(body(), loop=loop))
+    assert order == ["callback scheduled before the yield", "task resumed"]
 
 
 def test_awaiting_a_future_resumes_with_its_result(loop, Task):
@@ -609,14 +652,19 @@ def test_pending_task_not_logged_when_log_destroy_pending_is_false(
 
 
 def test_await_and_iter_drive_the_task(loop, run, Task):
+    @types.coroutine
+    def yield_from(task):
+        return (yield from task)
+
     async def main():
         task = Task(return_value("awaited"))
         iterator = task.__await__()
         assert iter(iterator) is iterator
-        assert hasattr(task, "__iter__")
-        return await task
+        first = await task
+        second = await yield_from(Task(return_value("iterated")))
+        return first, second
 
-    assert run(main()) == "awaited"
+    assert run(main()) == ("awaited", "iterated")
 
 
 # --- ferroloop.Task only ----------------------------------------------------------------------

@@ -132,6 +132,27 @@ def test_uncancel_to_zero_before_the_step(loop, Task):
             loop.run_until_complete(task)
 
 
+def test_task_cancelling_itself_is_cancelled_at_its_next_await(loop, Task):
+    future = loop.create_future()
+    events = []
+
+    async def body():
+        asyncio.current_task().cancel("self")
+        events.append("still running after cancel()")
+        try:
+            await future
+        except asyncio.CancelledError as exc:
+            events.append(("cancelled at the await", exc.args))
+            raise
+
+    task = Task(body(), loop=loop)
+    with pytest.raises(asyncio.CancelledError):
+        loop.run_until_complete(task)
+    assert events == ["still running after cancel()", ("cancelled at the await", ("self",))]
+    assert future.cancelled()
+    assert task.cancelled()
+
+
 def test_cancel_of_a_finished_task_is_refused(loop, Task):
     task = Task(return_value(1), loop=loop)
     loop.run_until_complete(task)
