@@ -70,7 +70,8 @@ class PerTask:
     ``CCurrentLoopTests``): named ``name``, derived from the module's classes ``bases``, with
     the class attribute ``Task`` set to ferroloop.Task and ``Future`` to asyncio's C Future
     (``future="c"``) or pure-Python one (``"py"``); ``new_task``, if set, also builds
-    ferroloop.Task (``BaseCurrentLoopTests`` asks for that method instead of the attribute).
+    ferroloop.Task (``BaseCurrentLoopTests`` asks for that method instead of the attribute;
+    on 3.13 it also takes ``current_task``, asyncio's public one here).
     ``test_utils.TestCase`` is added unless a base is a TestCase already. ``subclassed``
     applies the module's ``add_subclass_tests``: the tests then run on subclasses of both.
     Built only for the ferroloop run: they test ferroloop's Task, not the loop.
@@ -420,6 +421,9 @@ def per_task_class(module: Any, per_task: PerTask) -> type[unittest.TestCase]:
     }
     if per_task.new_task:
         namespace["new_task"] = lambda self, coro: ferroloop.Task(coro, loop=self.loop)
+        if hasattr(bases[0], "current_task"):
+            # 3.13's BaseCurrentLoopTests also takes the current_task function to test.
+            namespace["current_task"] = staticmethod(asyncio.current_task)
     test_class = type(per_task.name, bases, namespace)
     return module.add_subclass_tests(test_class) if per_task.subclassed else test_class
 
