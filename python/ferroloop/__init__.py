@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._loop import Loop, new_event_loop
-from ._native import Handle, TimerHandle, __version__
+from ._native import Handle, Task, TimerHandle, __version__
 from ._runner import EventLoopPolicy, install, run
+from ._task import task_factory
 
 if TYPE_CHECKING:
     from .server import Config, Server, serve
@@ -24,12 +25,14 @@ __all__ = [
     "Handle",
     "Loop",
     "Server",
+    "Task",
     "TimerHandle",
     "__version__",
     "install",
     "new_event_loop",
     "run",
     "serve",
+    "task_factory",
 ]
 
 

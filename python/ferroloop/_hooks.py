@@ -138,3 +138,18 @@ try:
     TASK_STEP_TYPE = _task_step_type()
 except Exception:  # an optimisation only: without it every step simply gets a Handle
     TASK_STEP_TYPE = None
+
+
+def is_coroutine(obj: Any) -> bool:
+    """What ``ferroloop.Task`` accepts, as asyncio's Task does."""
+    from asyncio import coroutines
+
+    return coroutines.iscoroutine(obj)
+
+
+def task_repr(task: Any) -> str:
+    """``repr()`` of a ``ferroloop.Task``, in the words of asyncio's own Task repr."""
+    from asyncio import base_tasks
+
+    info = " ".join(base_tasks._task_repr_info(task))
+    return f"<{type(task).__name__} {info}>"

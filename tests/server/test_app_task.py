@@ -1,8 +1,9 @@
-"""How the server drives the app: each request in its own asyncio Task with its own context,
-also when requests arrive pipelined or many connections are ready at once.
+"""How the server drives the app: each request in its own task with its own context, also when
+requests arrive pipelined or many connections are ready at once.
 
 ferroloop starts every app task in a fresh copy of the server's context, so nothing one request
-sets is seen by the next one on its connection.
+sets is seen by the next one on its connection. Its app tasks are ``ferroloop.Task``s unless
+``--app-task asyncio`` asks for asyncio's Task (uvicorn's).
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ def _task_info(response):
     return json.loads(response.body)
 
 
+TASK_TYPES = {"_asyncio.Task", "ferroloop._native.Task"}
+
+
 def _check_fresh_task(info, value):
     first, after = info["first"], info["after"]
-    assert first["is_task"] is True
+    assert first["task_type"] in TASK_TYPES
     assert first["done"] is False
     assert first["in_all_tasks"] is True
     assert first["coro_running"] is True
@@ -72,3 +76,16 @@ def test_many_connections_ready_at_once(server, connect, request_bytes):
         connection.send(request_bytes("GET", f"/task-info?value=c{i}"))
     for i, connection in enumerate(connections):
         _check_fresh_task(_task_info(connection.read_response()), f"c{i}")
+
+
+@pytest.mark.ferroloop_only(reason="the --app-task option")
+@pytest.mark.parametrize(
+    ("args", "task_type"),
+    [((), "ferroloop._native.Task"), (("--app-task", "asyncio"), "_asyncio.Task")],
+)
+def test_app_task_option_picks_the_task_type(serve, connect, args, task_type):
+    connection = connect(serve("raw_asgi:app", *args))
+    for value in ("x", "y"):
+        info = _task_info(connection.request("GET", f"/task-info?value={value}"))
+        _check_fresh_task(info, value)
+        assert info["first"]["task_type"] == task_type

@@ -20,6 +20,7 @@ def test_defaults():
     assert options["app_dir"] == ""
     assert options["proxy_headers"] is True and options["access_log"] is True
     assert options["server_header"] is True and options["date_header"] is True
+    assert options["app_task"] == "native"
     assert options["lifespan"] == "auto" and options["workers"] is None
     assert options["timeout_header"] == 10.0 and options["limit_header_size"] == 65536
     assert options["limit_headers"] == 100 and options["limit_uri"] == 8192
@@ -68,6 +69,7 @@ def test_every_option():
         "--limit-headers", "50",
         "--limit-uri", "2048",
         "--limit-body", "1048576",
+        "--app-task", "asyncio",
     ]  # fmt: skip
     options = parse_args(argv)
     assert options == {
@@ -108,6 +110,7 @@ def test_every_option():
         "limit_headers": 50,
         "limit_uri": 2048,
         "limit_body": 1048576,
+        "app_task": "asyncio",
         "loop": None,
         "http": None,
         "ws": None,

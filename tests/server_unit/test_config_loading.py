@@ -306,7 +306,11 @@ def test_http_server_options():
         "limit_body": 1024,
         "server_header": False,
         "date_header": True,
+        "native_tasks": True,
     }
+    assert config("m:app", app_task="asyncio").http_server_options()["native_tasks"] is False
+    with pytest.raises(ValueError, match="app_task must be 'native' or 'asyncio'"):
+        config("m:app", app_task="trio")
 
 
 def test_log_level_applies_to_server_loggers():

@@ -314,6 +314,11 @@ pub(crate) enum Ready {
         arg: Option<Py<PyAny>>,
         context: Py<PyAny>,
     },
+    /// A `ferroloop.Task`'s step (`task.rs`), run in the task's context.
+    Task {
+        task: Py<crate::task::Task>,
+        arg: Option<crate::task::StepArg>,
+    },
 }
 
 impl From<Py<Handle>> for Ready {
@@ -363,6 +368,35 @@ impl Ready {
         report_failure(handle.as_any(), &loop_.clone().unbind(), e)
     }
 
+    /// Runs a `Task` entry; a failure goes to the exception handler as a callback's would.
+    pub(crate) fn run_task(
+        loop_: &Bound<'_, PyAny>,
+        task: &Bound<'_, crate::task::Task>,
+        arg: Option<crate::task::StepArg>,
+    ) -> PyResult<()> {
+        let py = loop_.py();
+        let Err(e) = crate::task::Task::run_queued(task, arg) else {
+            return Ok(());
+        };
+        if e.is_instance_of::<PyKeyboardInterrupt>(py) || e.is_instance_of::<PySystemExit>(py) {
+            return Err(e);
+        }
+        let step = crate::task::Task::step_callable(task)?;
+        let context = task.call_method0(intern!(py, "get_context"))?;
+        let handle = Bound::new(
+            py,
+            Handle::new(
+                py,
+                step.unbind(),
+                CallArgs::none(py),
+                context.unbind(),
+                loop_.clone().unbind(),
+                None,
+            ),
+        )?;
+        report_failure(handle.as_any(), &loop_.clone().unbind(), e)
+    }
+
     pub(crate) fn visit(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
         match self {
             Self::Handle(h) => visit.call(h),
@@ -370,6 +404,13 @@ impl Ready {
                 visit.call(step)?;
                 visit.call(arg)?;
                 visit.call(context)
+            }
+            Self::Task { task, arg } => {
+                visit.call(task)?;
+                match arg {
+                    Some(crate::task::StepArg::Throw(e)) => visit.call(e),
+                    None => Ok(()),
+                }
             }
         }
     }

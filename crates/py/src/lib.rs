@@ -15,6 +15,7 @@ mod hooks;
 mod native_call;
 mod server;
 mod sock_ops;
+mod task;
 mod task_registry;
 mod transport;
 
@@ -36,6 +37,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     server::install_ready_am_send(m.py());
     native_call::init(m.py());
     m.add_class::<task_registry::TaskRegistry>()?;
+    m.add_class::<task::Task>()?;
+    m.add_class::<task::TaskAwait>()?;
+    task::install_task_init(m.py());
     m.add_function(wrap_pyfunction!(fastcall::_install_fast_methods, m)?)?;
     m.add_function(wrap_pyfunction!(task_registry::_install_task_registry, m)?)?;
     m.add("DEBUG_BUILD", cfg!(debug_assertions))?;

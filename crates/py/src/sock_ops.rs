@@ -108,6 +108,22 @@ pub(crate) fn stop_iteration(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyErr 
     PyErr::fetch(py)
 }
 
+/// What `throw(typ, val)` raises on an awaitable that is not suspended: `val` if given, else
+/// `typ`, instantiated if it is a class.
+pub(crate) fn thrown(typ: &Bound<'_, PyAny>, val: Option<&Bound<'_, PyAny>>) -> PyErr {
+    let exc = match val {
+        Some(v) if !v.is_none() => v.clone(),
+        _ => typ.clone(),
+    };
+    if exc.is_instance_of::<pyo3::types::PyType>() {
+        return match exc.call0() {
+            Ok(e) => PyErr::from_value(e),
+            Err(e) => e,
+        };
+    }
+    PyErr::from_value(exc)
+}
+
 impl SocketOperation {
     pub(crate) fn new(
         py: Python<'_>,

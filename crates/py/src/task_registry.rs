@@ -87,6 +87,41 @@ static REMOVE: MethodDef = MethodDef(ffi::PyMethodDef {
     ml_doc: c"_remove(ref)\n--\n\nDrop a dead weak reference (WeakSet._remove, native).".as_ptr(),
 });
 
+/// The installed registry's state, for `register` (one per interpreter, like the registry).
+static INSTALLED: pyo3::sync::PyOnceLock<Py<TaskRegistry>> = pyo3::sync::PyOnceLock::new();
+
+/// Adds `item` to the installed registry as its `add` would: `Ok(false)` when none is installed
+/// (the caller then goes through `_register_task`). Saves `_register_task`'s call and method
+/// lookup for `ferroloop.Task`.
+pub(crate) fn register(item: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = item.py();
+    let Some(state) = INSTALLED.get(py) else {
+        return Ok(false);
+    };
+    add_to(py, state.get(), item)?;
+    Ok(true)
+}
+
+fn add_to(py: Python<'_>, st: &TaskRegistry, item: &Bound<'_, PyAny>) -> PyResult<()> {
+    if !st.pending_removals.bind(py).is_empty() {
+        st.set
+            .bind(py)
+            .call_method0(intern!(py, "_commit_removals"))?;
+    }
+    let Some(remove) = st.remove.get() else {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "task registry not ready",
+        ));
+    };
+    // SAFETY: we hold the GIL; both pointers are live for the call, and a new reference (or
+    // NULL with an exception set) comes back.
+    let wr = unsafe {
+        Bound::from_owned_ptr_or_err(py, ffi::PyWeakref_NewRef(item.as_ptr(), remove.as_ptr()))
+    }?;
+    st.data.bind(py).add(wr)?;
+    Ok(())
+}
+
 /// Puts the native `add` in `registry.__dict__` (see the module docs). `registry` must be exactly
 /// a `weakref.WeakSet`, with `WeakSet`'s attributes.
 #[pyfunction]
@@ -122,7 +157,9 @@ pub fn _install_task_registry(registry: &Bound<'_, PyAny>) -> PyResult<()> {
         )
     };
     let _ = state.get().remove.set(remove.unbind());
-    registry.setattr("add", add_fn)
+    registry.setattr("add", add_fn)?;
+    let _ = INSTALLED.set(py, state.unbind());
+    Ok(())
 }
 
 /// `add`'s and `remove`'s `self`.
@@ -145,22 +182,9 @@ unsafe extern "C" fn add(
     entry(py, || {
         // SAFETY: CPython passes the bound object and the argument, both borrowed for the call.
         let st = unsafe { self::state(py, &state) }?;
-        if !st.pending_removals.bind(py).is_empty() {
-            st.set
-                .bind(py)
-                .call_method0(intern!(py, "_commit_removals"))?;
-        }
-        let Some(remove) = st.remove.get() else {
-            return Err(pyo3::exceptions::PyRuntimeError::new_err(
-                "task registry not ready",
-            ));
-        };
-        // SAFETY: we hold the GIL; both pointers are live for the call, and a new reference
-        // (or NULL with an exception set) comes back.
-        let wr = unsafe {
-            Bound::from_owned_ptr_or_err(py, ffi::PyWeakref_NewRef(item, remove.as_ptr()))
-        }?;
-        st.data.bind(py).add(wr)?;
+        // SAFETY: as above.
+        let item = unsafe { Bound::ref_from_ptr(py, &item) };
+        add_to(py, st, item)?;
         Ok(py.None().into_ptr())
     })
 }

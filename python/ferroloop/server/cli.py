@@ -115,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--reload-delay", type=float, default=0.25, help="seconds between two file scans")
     add("--server-header", action=_BOOL, default=True, help="send 'server: ferroloop'")
     add("--date-header", action=_BOOL, default=True, help="send the 'date' header")
+    add(
+        "--app-task",
+        choices=["native", "asyncio"],
+        default="native",
+        help="the task each request's app runs in: ferroloop.Task (native) or asyncio.Task",
+    )
     add("--reuse-port", action="store_true", help="SO_REUSEPORT; each worker binds its own")
     add(
         "--timeout-header",

@@ -105,6 +105,7 @@ class Config:
         limit_headers: int = 100,
         limit_uri: int = 8192,
         limit_body: int | None = None,
+        app_task: Literal["native", "asyncio"] = "native",
         *,
         limit_max_requests_jitter: int | None = None,
         loop: str | None = None,
@@ -143,6 +144,7 @@ class Config:
         self.reload_delay = reload_delay
         self.server_header = server_header
         self.date_header = date_header
+        self.app_task = app_task
         self.reuse_port = reuse_port
         self.timeout_header = timeout_header
         self.limit_header_size = limit_header_size
@@ -203,6 +205,8 @@ class Config:
             raise ValueError(
                 f"interface must be 'auto', 'asgi3' or 'asgi2', not {self.interface!r}"
             )
+        if self.app_task not in ("native", "asyncio"):
+            raise ValueError(f"app_task must be 'native' or 'asyncio', not {self.app_task!r}")
         if isinstance(self.log_level, str) and self.log_level.lower() not in LOG_LEVELS:
             raise ValueError(
                 f"log_level must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}"
@@ -308,6 +312,7 @@ class Config:
             "limit_body": self.limit_body,
             "server_header": self.server_header,
             "date_header": self.date_header,
+            "native_tasks": self.app_task == "native",
         }
 
 

@@ -427,7 +427,7 @@ async def task_info(scope: Any, receive: Any, send: Any) -> None:
     ``await`` that suspends. ``?value=`` is set into a context variable in between."""
     task = asyncio.current_task()
     first = {
-        "is_task": isinstance(task, asyncio.Task),
+        "task_type": f"{type(task).__module__}.{type(task).__qualname__}",
         "done": task.done() if task is not None else None,
         "in_all_tasks": task in asyncio.all_tasks(),
         "coro_running": task is not None and task.get_coro().cr_running,

@@ -161,6 +161,7 @@ impl LoopCore {
                 arg.map(|a| a.into_bound(py)).as_ref(),
                 &context.into_bound(py),
             ),
+            Ready::Task { task, arg } => Ready::run_task(slf.as_any(), &task.into_bound(py), arg),
         }
     }
 

@@ -334,7 +334,10 @@ impl LoopCore {
                     CallArgs::Tuple(t) => {
                         t.bind(py).is_empty() && crate::hooks::is_task_step(callback)
                     }
-                    CallArgs::One(_) => crate::hooks::is_task_wakeup(callback),
+                    CallArgs::One(_) => {
+                        crate::hooks::is_task_wakeup(callback)
+                            || crate::task::is_native_wakeup(callback)
+                    }
                 };
                 if is_step {
                     // The argument moves into the entry; the empty tuple is released as a
@@ -367,6 +370,36 @@ impl LoopCore {
             .ready
             .push(handle.clone_ref(py).into());
         Ok(handle)
+    }
+
+    /// Whether a task factory is set (`set_task_factory`).
+    pub(crate) fn has_task_factory(slf: &Bound<'_, Self>) -> PyResult<bool> {
+        Ok(slf.get().task_factory.borrow(slf.py())?.is_some())
+    }
+
+    /// Queues a `ferroloop.Task` step without a handle (`Ready::Task`). `Ok(false)` in debug
+    /// mode, where the task goes through `call_soon` so that its steps get handles (tracebacks,
+    /// slow-callback reports).
+    pub(crate) fn push_task_step(
+        slf: &Bound<'_, Self>,
+        task: &Bound<'_, crate::task::Task>,
+        arg: Option<crate::task::StepArg>,
+    ) -> PyResult<bool> {
+        let py = slf.py();
+        let this = slf.get();
+        if this.flags.closed() {
+            return Err(closed_error());
+        }
+        if this.flags.debug() {
+            return Ok(false);
+        }
+        // Handles other threads queued earlier go first, as in `call_soon`.
+        this.drain_injector(py)?;
+        this.state.borrow(py)?.ready.push(Ready::Task {
+            task: task.clone().unbind(),
+            arg,
+        });
+        Ok(true)
     }
 
     /// `call_later`, shared by the PyO3 method and the fast-call entry (`fastcall.rs`).

@@ -37,6 +37,7 @@ use super::scope::{self, RequestFacts};
 use super::HttpServer;
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
+use crate::task::Task;
 
 /// Stop reading while this many received bytes wait for the app (a request body, pipelined
 /// requests): the client is then held back by TCP flow control.
@@ -470,6 +471,8 @@ impl Conn {
         )?;
         let (receive, send) = super::cycle::bound_methods(&cycle)?;
         let loop_core = server.loop_core().bind(py);
+        // A task factory set on the loop is honoured: the app then runs in what it makes.
+        let native = server.opts().native_tasks && !LoopCore::has_task_factory(loop_core)?;
         // Every app task runs in a fresh copy of the server's context (see `task_context`).
         let started = server
             .app_for(forwarded)
@@ -478,13 +481,21 @@ impl Conn {
             .and_then(|coro| {
                 let context = server.task_context(py)?;
                 let name = server.task_name(py)?;
+                if native {
+                    let hook = cycle.clone().unbind();
+                    let task = Task::spawn(loop_core, &coro, name.into_any(), context, hook)?;
+                    return Ok((task.into_any().unbind(), false));
+                }
                 LoopCore::create_task(loop_core, &coro, Some(name.as_any()), Some(&context))
+                    .map(|t| (t, true))
             });
         match started {
-            Ok(task) => {
+            Ok((task, needs_callback)) => {
                 let task = task.into_bound(py);
                 server.task_started(py, &task)?;
-                task.call_method1(intern!(py, "add_done_callback"), (cycle,))?;
+                if needs_callback {
+                    task.call_method1(intern!(py, "add_done_callback"), (cycle,))?;
+                }
                 Ok(())
             }
             Err(e) => {

@@ -73,16 +73,7 @@ impl Ready {
         val: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let exc = match val {
-            Some(v) if !v.is_none() => v.clone(),
-            _ => typ.clone(),
-        };
-        let exc = if exc.is_instance_of::<pyo3::types::PyType>() {
-            exc.call0()?
-        } else {
-            exc
-        };
-        Err(PyErr::from_value(exc))
+        Err(crate::sock_ops::thrown(typ, val))
     }
 
     fn close(_slf: &Bound<'_, Self>) {}
@@ -195,6 +186,22 @@ unsafe extern "C" fn cycle_send(
 pub struct Cycle {
     pub(crate) conn: Py<Conn>,
     pub(crate) seq: u64,
+}
+
+impl Cycle {
+    /// A native app task (`task.rs`) is done: what `__call__` does, without asking the task.
+    pub(crate) fn task_finished(
+        &self,
+        py: Python<'_>,
+        task: &Bound<'_, PyAny>,
+        exc: Option<&Bound<'_, PyAny>>,
+        cancelled: bool,
+    ) -> PyResult<()> {
+        let conn = self.conn.bind(py);
+        let server = conn.get().server().bind(py).get();
+        drop(server.task_done(py, task));
+        Conn::app_finished(conn, self.seq, exc, cancelled)
+    }
 }
 
 #[pymethods]

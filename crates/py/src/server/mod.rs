@@ -52,6 +52,8 @@ pub(crate) struct Options {
     pub timeout_header: f64,
     pub server_header: bool,
     pub date_header: bool,
+    /// Run apps in `ferroloop.Task`s (`task.rs`) rather than asyncio's Task.
+    pub native_tasks: bool,
 }
 
 struct ServerState {
@@ -113,7 +115,8 @@ impl HttpServer {
     #[pyo3(signature = (r#loop, sock, app, *, root_path="", state=None, scheme="http",
         limit_concurrency=None, timeout_keep_alive=5.0, timeout_header=10.0,
         limit_header_size=65536, limit_headers=100, limit_uri=8192, limit_body=None,
-        server_header=true, date_header=true, access_log=None, log_error=None, plain_app=None))]
+        server_header=true, date_header=true, access_log=None, log_error=None, plain_app=None,
+        native_tasks=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -135,6 +138,7 @@ impl HttpServer {
         access_log: Option<Py<PyAny>>,
         log_error: Option<Py<PyAny>>,
         plain_app: Option<Py<PyAny>>,
+        native_tasks: bool,
     ) -> PyResult<Self> {
         let loop_ = r#loop.cast::<LoopCore>().map_err(|_| {
             PyTypeError::new_err("HttpServer needs a ferroloop loop (ferroloop.new_event_loop())")
@@ -178,6 +182,7 @@ impl HttpServer {
                 timeout_header,
                 server_header,
                 date_header,
+                native_tasks,
             },
             state: LoopCell::new(ServerState {
                 listening: false,

@@ -1,0 +1,1459 @@
+//! `ferroloop.Task`: a native asyncio Task, a port of the C `_asyncio.Task` of CPython 3.11–3.13
+//! (`Modules/_asynciomodule.c`: `task_step_impl`, `task_step_handle_result_impl`, `task_wakeup`,
+//! `future_cancel`, `create_cancelled_error`), behaving as that class does through its public
+//! and semi-private API (`_must_cancel`, `_fut_waiter`, `_asyncio_future_blocking`...).
+//!
+//! Why it exists: the server runs every request's app in a task, and on a ferroloop loop a C
+//! Task costs about 8,000 instructions per request beyond the app's own code (its `__init__`
+//! parses keywords and asks the loop for `get_debug()`, its steps and done callbacks each go
+//! through `loop.call_soon` as Python calls, its done callback is a further loop entry). This
+//! Task queues its steps on the ready queue without a Python call (`Ready::Task`), enters its
+//! context directly, and tells the server natively when it is done (`hook`).
+//!
+//! What differs from asyncio's Task (documented in docs/usage.md): it is not a subclass of
+//! `asyncio.Task` or `asyncio.Future` (`asyncio.isfuture()` is true: the protocol is duck-typed);
+//! `eager_start=True` is refused; it cannot be subclassed; the never-retrieved-exception and
+//! destroyed-while-pending reports that the C Task makes from its finalizer are not made.
+//!
+//! Invariants:
+//! - All mutable state is in `st` (a `LoopCell`): borrowed only for short sections that call no
+//!   Python code; objects taken out of it are dropped after the borrow ends.
+//! - A task is `Pending` until exactly one of `set_result`/`set_exception`/`cancel_now` moves it
+//!   to `Finished` or `Cancelled`; the coroutine is stepped only while `Pending`.
+//! - A step runs with the task registered as the loop's current task (`_asyncio._enter_task`)
+//!   and in the task's context: `Ready::Task` entries enter it here (`run_queued`); on other
+//!   loops, and in debug mode, the loop's handle does (`call_soon(..., context=...)`).
+//! - The `hook` (the server's request cycle) is called once, after the step that finished the
+//!   task, with the task already left.
+
+use pyo3::exceptions::asyncio::{CancelledError, InvalidStateError};
+use pyo3::exceptions::{
+    PyAttributeError, PyKeyboardInterrupt, PyRuntimeError, PySystemExit, PyTypeError, PyValueError,
+};
+use pyo3::ffi;
+use pyo3::gc::PyVisit;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyString, PyTuple, PyType};
+use pyo3::PyTraverseError;
+
+use crate::cell::LoopCell;
+use crate::event_loop::LoopCore;
+use crate::fastcall::{bound_builtin, entry, MethodDef};
+use crate::server::Cycle;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Pending,
+    Cancelled,
+    Finished,
+}
+
+/// Default names: `Task-N` from this counter (asyncio's own counter is private to `_asyncio`).
+static NAME_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[allow(clippy::struct_excessive_bools)] // the C Task's flags, one for one
+struct State {
+    phase: Phase,
+    loop_: Option<Py<PyAny>>,
+    context: Option<Py<PyAny>>,
+    coro: Option<Py<PyAny>>,
+    /// `None` until named: `get_name` then formats `Task-{number}`.
+    name: Option<Py<PyAny>>,
+    number: u64,
+    result: Option<Py<PyAny>>,
+    exception: Option<Py<PyAny>>,
+    exception_tb: Option<Py<PyAny>>,
+    log_tb: bool,
+    blocking: bool,
+    must_cancel: bool,
+    cancel_msg: Option<Py<PyAny>>,
+    cancelled_exc: Option<Py<PyAny>>,
+    num_cancels: i64,
+    fut_waiter: Option<Py<PyAny>>,
+    callbacks: Vec<(Py<PyAny>, Py<PyAny>)>,
+    log_destroy_pending: bool,
+    /// Set once `start` ran (registered, first step queued).
+    started: bool,
+    hook: Option<Py<Cycle>>,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        // SAFETY: a `State` lives in a `Task`, which is freed by its `tp_dealloc`, with the GIL
+        // held. Releasing through `Bound` is a plain decref (a `Py` drop first reads a
+        // thread-local GIL counter, through `__tls_get_addr` in a shared library).
+        let py = unsafe { Python::assume_attached() };
+        let fields = [
+            self.loop_.take(),
+            self.context.take(),
+            self.coro.take(),
+            self.name.take(),
+            self.result.take(),
+            self.exception.take(),
+            self.exception_tb.take(),
+            self.cancel_msg.take(),
+            self.cancelled_exc.take(),
+            self.fut_waiter.take(),
+        ];
+        for field in fields.into_iter().flatten() {
+            drop(field.into_bound(py));
+        }
+        if let Some(hook) = self.hook.take() {
+            drop(hook.into_bound(py));
+        }
+        for (cb, ctx) in std::mem::take(&mut self.callbacks) {
+            drop(cb.into_bound(py));
+            drop(ctx.into_bound(py));
+        }
+    }
+}
+
+/// What a queued step does besides sending `None` into the coroutine.
+pub(crate) enum StepArg {
+    /// Throw this exception into the coroutine.
+    Throw(Py<PyAny>),
+}
+
+#[pyclass(module = "ferroloop._native", name = "Task", frozen, weakref, dict)]
+pub struct Task {
+    /// The loop's native core when the loop is a ferroloop loop (`Ready::Task` entries).
+    core: Option<Py<LoopCore>>,
+    st: LoopCell<State>,
+}
+
+/// `asyncio.tasks`' `_enter_task`, `_leave_task`, `_register_task`, cached; `current` is the
+/// dict those keep the running task of each loop in (`_asyncio._current_tasks`, which the C
+/// `current_task()` reads), when they are the C functions: `enter`/`leave` then do their work
+/// on it directly, with their checks and messages.
+struct Registry {
+    enter: Py<PyAny>,
+    leave: Py<PyAny>,
+    register: Py<PyAny>,
+    current: Option<Py<PyDict>>,
+    generator: Py<PyAny>,
+}
+
+static REGISTRY: PyOnceLock<Registry> = PyOnceLock::new();
+
+fn registry(py: Python<'_>) -> PyResult<&Registry> {
+    REGISTRY.get_or_try_init(py, || {
+        let tasks = py.import("asyncio.tasks")?;
+        let enter = tasks.getattr("_enter_task")?;
+        let current = match py.import("_asyncio") {
+            Ok(c) if c.getattr("_enter_task")?.is(&enter) => c
+                .getattr("_current_tasks")
+                .ok()
+                .and_then(|d| d.cast_into::<PyDict>().ok())
+                .map(Bound::unbind),
+            _ => None,
+        };
+        Ok(Registry {
+            enter: enter.unbind(),
+            leave: tasks.getattr("_leave_task")?.unbind(),
+            register: tasks.getattr("_register_task")?.unbind(),
+            current,
+            generator: py.import("types")?.getattr("GeneratorType")?.unbind(),
+        })
+    })
+}
+
+impl Registry {
+    /// `_enter_task(loop, task)`.
+    fn enter(&self, loop_: &Bound<'_, PyAny>, task: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = loop_.py();
+        let Some(current) = &self.current else {
+            return self.enter.bind(py).call1((loop_, task)).map(drop);
+        };
+        let current = current.bind(py);
+        if let Some(other) = current.get_item(loop_)? {
+            return Err(PyRuntimeError::new_err(format!(
+                "Cannot enter into task {} while another task {} is being executed.",
+                task.repr()?,
+                other.repr()?
+            )));
+        }
+        current.set_item(loop_, task)
+    }
+
+    /// `_leave_task(loop, task)`.
+    fn leave(&self, loop_: &Bound<'_, PyAny>, task: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = loop_.py();
+        let Some(current) = &self.current else {
+            return self.leave.bind(py).call1((loop_, task)).map(drop);
+        };
+        let current = current.bind(py);
+        let item = current.get_item(loop_)?;
+        if !item.as_ref().is_some_and(|i| i.is(task)) {
+            let item = item.unwrap_or_else(|| py.None().into_bound(py));
+            return Err(PyRuntimeError::new_err(format!(
+                "Leaving task {} does not match the current task {}.",
+                task.repr()?,
+                item.repr()?
+            )));
+        }
+        current.del_item(loop_)
+    }
+}
+
+static STEP: MethodDef = MethodDef(ffi::PyMethodDef {
+    ml_name: c"task_step".as_ptr(),
+    ml_meth: ffi::PyMethodDefPointer {
+        PyCFunctionFast: task_step_entry,
+    },
+    ml_flags: ffi::METH_FASTCALL,
+    ml_doc: c"A step of a ferroloop Task (what the loop runs).".as_ptr(),
+});
+
+static WAKEUP: MethodDef = MethodDef(ffi::PyMethodDef {
+    ml_name: c"task_wakeup".as_ptr(),
+    ml_meth: ffi::PyMethodDefPointer {
+        PyCFunction: task_wakeup_entry,
+    },
+    ml_flags: ffi::METH_O,
+    ml_doc: c"Resumes a ferroloop Task once the future it awaits is done.".as_ptr(),
+});
+
+/// Whether `callback` is a ferroloop Task's wake-up (a built-in made from `WAKEUP`).
+pub(crate) fn is_native_wakeup(callback: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: we hold the GIL (`callback` is bound) and it is alive.
+    let exact = unsafe { ffi::PyCFunction_CheckExact(callback.as_ptr()) } != 0;
+    // SAFETY: an object whose type is exactly `builtin_function_or_method` is a
+    // `PyCFunctionObject`, whose `m_ml` is set at creation and never changed.
+    exact
+        && std::ptr::eq(
+            unsafe { (*callback.as_ptr().cast::<ffi::PyCFunctionObject>()).m_ml }.cast_const(),
+            std::ptr::addr_of!(WAKEUP.0),
+        )
+}
+
+/// `STEP`'s C function: `step()` sends, `step(exc)` throws `exc` into the coroutine.
+unsafe extern "C" fn task_step_entry(
+    slf: *mut ffi::PyObject,
+    args: *mut *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls METH_FASTCALL functions with the GIL held.
+    let py = unsafe { Python::assume_attached() };
+    entry(py, || {
+        // SAFETY: `slf` is the Task `STEP` was bound to (only `schedule` binds it), borrowed.
+        let task = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<Task>() };
+        let exc = match nargs {
+            0 => None,
+            // SAFETY: CPython passes `nargs` live borrowed arguments.
+            1 => Some(unsafe { Borrowed::from_ptr(py, *args) }.to_owned()),
+            _ => return Err(PyTypeError::new_err("task_step takes at most 1 argument")),
+        };
+        Task::step(&task, exc)?;
+        Ok(py.None().into_ptr())
+    })
+}
+
+/// `WAKEUP`'s C function: the awaited future is done.
+unsafe extern "C" fn task_wakeup_entry(
+    slf: *mut ffi::PyObject,
+    fut: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls METH_O functions with the GIL held.
+    let py = unsafe { Python::assume_attached() };
+    entry(py, || {
+        // SAFETY: `slf` is the Task `WAKEUP` was bound to (only `Task::wakeup_fn` binds it).
+        let task = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<Task>() };
+        // SAFETY: METH_O passes one live borrowed argument.
+        let fut = unsafe { Borrowed::from_ptr(py, fut) };
+        Task::wakeup(&task, &fut)?;
+        Ok(py.None().into_ptr())
+    })
+}
+
+fn is_cancelled_error(py: Python<'_>, e: &PyErr) -> bool {
+    e.is_instance_of::<CancelledError>(py)
+}
+
+impl Task {
+    fn new_state(
+        loop_: Py<PyAny>,
+        coro: Py<PyAny>,
+        name: Option<Py<PyAny>>,
+        context: Py<PyAny>,
+        hook: Option<Py<Cycle>>,
+    ) -> State {
+        let number = if name.is_none() {
+            NAME_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+        } else {
+            0
+        };
+        State {
+            phase: Phase::Pending,
+            loop_: Some(loop_),
+            context: Some(context),
+            coro: Some(coro),
+            name,
+            number,
+            result: None,
+            exception: None,
+            exception_tb: None,
+            log_tb: false,
+            blocking: false,
+            must_cancel: false,
+            cancel_msg: None,
+            cancelled_exc: None,
+            num_cancels: 0,
+            fut_waiter: None,
+            callbacks: Vec::new(),
+            log_destroy_pending: true,
+            started: false,
+            hook,
+        }
+    }
+
+    /// Creates a task for the server: `coro` on the ferroloop loop `core`, in `context`, named
+    /// `name`; `hook` is told when it is done. Registered and scheduled like a C Task.
+    pub(crate) fn spawn<'py>(
+        loop_core: &Bound<'py, LoopCore>,
+        coro: &Bound<'py, PyAny>,
+        name: Bound<'py, PyAny>,
+        context: Bound<'py, PyAny>,
+        hook: Py<Cycle>,
+    ) -> PyResult<Bound<'py, Task>> {
+        let py = loop_core.py();
+        let task = Bound::new(
+            py,
+            Task {
+                core: Some(loop_core.clone().unbind()),
+                st: LoopCell::new(Self::new_state(
+                    loop_core.clone().into_any().unbind(),
+                    coro.clone().unbind(),
+                    Some(name.unbind()),
+                    context.unbind(),
+                    Some(hook),
+                )),
+            },
+        )?;
+        Self::start(&task)?;
+        Ok(task)
+    }
+
+    /// Registers the task (`asyncio.all_tasks()`) and queues its first step.
+    fn start(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        {
+            let mut st = slf.get().st.borrow(py)?;
+            if std::mem::replace(&mut st.started, true) {
+                return Ok(());
+            }
+        }
+        Self::schedule(slf, None)?;
+        if !crate::task_registry::register(slf.as_any())? {
+            registry(py)?.register.bind(py).call1((slf,))?;
+        }
+        Ok(())
+    }
+
+    fn loop_of<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let st = self.st.borrow(py)?;
+        Ok(st
+            .loop_
+            .as_ref()
+            .ok_or_else(|| PyRuntimeError::new_err("uninitialized Task object"))?
+            .bind(py)
+            .clone())
+    }
+
+    fn context_of<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let st = self.st.borrow(py)?;
+        Ok(st
+            .context
+            .as_ref()
+            .ok_or_else(|| PyRuntimeError::new_err("uninitialized Task object"))?
+            .bind(py)
+            .clone())
+    }
+
+    /// Queues a step: on a ferroloop loop (not in debug mode) as a `Ready::Task` entry, else
+    /// with `loop.call_soon(step, [exc], context=...)` as the C Task does.
+    fn schedule(slf: &Bound<'_, Self>, exc: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        let py = slf.py();
+        if let Some(core) = &slf.get().core {
+            let arg = exc.as_ref().map(|e| StepArg::Throw(e.clone().unbind()));
+            if LoopCore::push_task_step(core.bind(py), slf, arg)? {
+                return Ok(());
+            }
+        }
+        let loop_ = slf.get().loop_of(py)?;
+        let context = slf.get().context_of(py)?;
+        // SAFETY: `task_step_entry` takes a Task as `self`.
+        let step = unsafe { bound_builtin(slf.as_any(), &STEP) }?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(intern!(py, "context"), context)?;
+        let args = match exc {
+            None => PyTuple::new(py, [step])?,
+            Some(e) => PyTuple::new(py, [step, e])?,
+        };
+        loop_.call_method(intern!(py, "call_soon"), args, Some(&kwargs))?;
+        Ok(())
+    }
+
+    /// Runs a `Ready::Task` entry: the step, in the task's context.
+    pub(crate) fn run_queued(slf: &Bound<'_, Self>, arg: Option<StepArg>) -> PyResult<()> {
+        let py = slf.py();
+        let context = slf.get().context_of(py)?;
+        let ctx = context.as_ptr();
+        // SAFETY: we hold the GIL; `ctx` is kept alive by `context`. PyContext_Enter type-checks
+        // it and fails cleanly if it is already entered.
+        if unsafe { ffi::PyContext_Enter(ctx) } < 0 {
+            return Err(PyErr::fetch(py));
+        }
+        let exc = arg.map(|StepArg::Throw(e)| e.into_bound(py));
+        let r = Self::step(slf, exc);
+        // SAFETY: entered just above on this thread, with the GIL still held: it is the current
+        // context, so exiting cannot fail.
+        unsafe { ffi::PyContext_Exit(ctx) };
+        r
+    }
+
+    /// The callable `run_queued`'s failures are reported under (cold path).
+    pub(crate) fn step_callable<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        // SAFETY: `task_step_entry` takes a Task as `self`.
+        unsafe { bound_builtin(slf.as_any(), &STEP) }
+    }
+
+    fn wakeup_fn<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        // SAFETY: `task_wakeup_entry` takes a Task as `self`.
+        unsafe { bound_builtin(slf.as_any(), &WAKEUP) }
+    }
+
+    /// `task_wakeup`: the awaited future is done; its result decides between send and throw.
+    fn wakeup(slf: &Bound<'_, Self>, fut: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let exc = if let Ok(other) = fut.cast::<Task>() {
+            other.get().result_impl(py).err()
+        } else {
+            fut.call_method0(intern!(py, "result")).err()
+        };
+        Self::step(slf, exc.map(|e| e.into_value(py).into_bound(py).into_any()))
+    }
+
+    /// `task_step`: the step between `_enter_task` and `_leave_task`, then the hook.
+    fn step(slf: &Bound<'_, Self>, exc: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        let py = slf.py();
+        let reg = registry(py)?;
+        let loop_ = slf.get().loop_of(py)?;
+        reg.enter(&loop_, slf)?;
+        let r = Self::step_impl(slf, exc);
+        let left = reg.leave(&loop_, slf);
+        // The step's own error wins over the leave's.
+        let r = r.and(left);
+        let hook = {
+            let mut st = slf.get().st.borrow(py)?;
+            if st.phase == Phase::Pending {
+                None
+            } else {
+                st.hook.take()
+            }
+        };
+        if let Some(hook) = hook {
+            let (exc, cancelled) = {
+                let mut st = slf.get().st.borrow(py)?;
+                st.log_tb = false;
+                (
+                    st.exception.as_ref().map(|e| e.clone_ref(py)),
+                    st.phase == Phase::Cancelled,
+                )
+            };
+            let done = hook.bind(py).get().task_finished(
+                py,
+                slf.as_any(),
+                exc.as_ref().map(|e| e.bind(py)),
+                cancelled,
+            );
+            r?;
+            return done;
+        }
+        r
+    }
+
+    fn make_cancelled_error<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let (taken, msg) = {
+            let mut st = self.st.borrow(py)?;
+            (
+                st.cancelled_exc.take(),
+                st.cancel_msg.as_ref().map(|m| m.clone_ref(py)),
+            )
+        };
+        if let Some(exc) = taken {
+            return Ok(exc.into_bound(py));
+        }
+        let ty = py.get_type::<CancelledError>();
+        match msg {
+            Some(m) if !m.is_none(py) => ty.call1((m,)),
+            _ => ty.call0(),
+        }
+    }
+
+    fn step_impl(slf: &Bound<'_, Self>, exc: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let (pending, must_cancel) = {
+            let st = this.st.borrow(py)?;
+            (st.phase == Phase::Pending, st.must_cancel)
+        };
+        if !pending {
+            let what = exc.unwrap_or_else(|| py.None().into_bound(py));
+            return Err(InvalidStateError::new_err(format!(
+                "_step(): already done: {} {}",
+                slf.repr()?,
+                what.repr()?
+            )));
+        }
+        let mut exc = exc;
+        if must_cancel {
+            let is_cancel = match &exc {
+                Some(e) => e.is_instance(&py.get_type::<CancelledError>())?,
+                None => false,
+            };
+            if !is_cancel {
+                exc = Some(this.make_cancelled_error(py)?);
+            }
+            this.st.borrow(py)?.must_cancel = false;
+        }
+        let (waiter, coro) = {
+            let mut st = this.st.borrow(py)?;
+            (
+                st.fut_waiter.take(),
+                st.coro
+                    .as_ref()
+                    .map(|c| c.clone_ref(py))
+                    .ok_or_else(|| PyRuntimeError::new_err("uninitialized Task object"))?,
+            )
+        };
+        drop(waiter);
+        let coro = coro.into_bound(py);
+        let outcome = match exc {
+            None => send(&coro),
+            Some(e) => throw(&coro, &e),
+        };
+        match outcome {
+            Outcome::Return(value) => {
+                let cancel = {
+                    let mut st = this.st.borrow(py)?;
+                    std::mem::replace(&mut st.must_cancel, false)
+                };
+                if cancel {
+                    let msg = this
+                        .st
+                        .borrow(py)?
+                        .cancel_msg
+                        .as_ref()
+                        .map(|m| m.clone_ref(py));
+                    Self::cancel_now(slf, msg)?;
+                } else {
+                    Self::finish(slf, Some(value), None)?;
+                }
+                Ok(())
+            }
+            Outcome::Error(e) if is_cancelled_error(py, &e) => {
+                this.st.borrow(py)?.cancelled_exc = Some(e.into_value(py).into_any());
+                Self::cancel_now(slf, None)?;
+                Ok(())
+            }
+            Outcome::Error(e) => {
+                let fatal = e.is_instance_of::<PyKeyboardInterrupt>(py)
+                    || e.is_instance_of::<PySystemExit>(py);
+                // `into_value` attaches the traceback to the exception (on 3.11 it travels
+                // beside it).
+                let value = e.into_value(py).into_bound(py).into_any();
+                Self::finish(slf, None, Some(value.clone()))?;
+                if fatal {
+                    return Err(PyErr::from_value(value));
+                }
+                Ok(())
+            }
+            Outcome::Yield(result) => Self::handle_yield(slf, result),
+        }
+    }
+
+    /// `task_step_handle_result_impl`: what the coroutine yielded.
+    fn handle_yield(slf: &Bound<'_, Self>, result: Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        if result.is(slf) {
+            let msg = format!("Task cannot await on itself: {}", slf.repr()?);
+            return Self::error_soon(slf, &msg);
+        }
+        let loop_ = this.loop_of(py)?;
+        if let Ok(other) = result.cast::<Task>() {
+            if !other.get().loop_of(py)?.is(&loop_) {
+                return Self::different_loop(slf, &result);
+            }
+            let blocking = {
+                let mut st = other.get().st.borrow(py)?;
+                std::mem::replace(&mut st.blocking, false)
+            };
+            if !blocking {
+                return Self::yield_instead_of_yf(slf, &result);
+            }
+            let wakeup = Self::wakeup_fn(slf)?;
+            let context = this.context_of(py)?;
+            Self::add_callback(other, wakeup, Some(context))?;
+            return Self::waiting_on(slf, result);
+        }
+        if result.is_none() {
+            return Self::schedule(slf, None);
+        }
+        let blocking = match result.getattr(intern!(py, "_asyncio_future_blocking")) {
+            Ok(b) => Some(b),
+            Err(e) if e.is_instance_of::<PyAttributeError>(py) => None,
+            Err(e) => return Err(e),
+        };
+        if let Some(blocking) = blocking.filter(|b| !b.is_none()) {
+            let blocking = blocking.is_truthy()?;
+            let fut_loop = match result.call_method0(intern!(py, "get_loop")) {
+                Ok(l) => l,
+                Err(e) if e.is_instance_of::<PyAttributeError>(py) => {
+                    result.getattr(intern!(py, "_loop"))?
+                }
+                Err(e) => return Err(e),
+            };
+            if !fut_loop.is(&loop_) {
+                return Self::different_loop(slf, &result);
+            }
+            if !blocking {
+                return Self::yield_instead_of_yf(slf, &result);
+            }
+            result.setattr(intern!(py, "_asyncio_future_blocking"), false)?;
+            let wakeup = Self::wakeup_fn(slf)?;
+            let kwargs = PyDict::new(py);
+            kwargs.set_item(intern!(py, "context"), this.context_of(py)?)?;
+            result.call_method(intern!(py, "add_done_callback"), (wakeup,), Some(&kwargs))?;
+            return Self::waiting_on(slf, result);
+        }
+        if result.is_instance(registry(py)?.generator.bind(py))? {
+            let msg = format!(
+                "yield was used instead of yield from for generator in task {} with {}",
+                slf.repr()?,
+                result.repr()?
+            );
+            return Self::error_soon(slf, &msg);
+        }
+        let msg = format!("Task got bad yield: {}", result.repr()?);
+        Self::error_soon(slf, &msg)
+    }
+
+    /// The task now waits for `fut`; a pending `cancel()` goes to it.
+    fn waiting_on(slf: &Bound<'_, Self>, fut: Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let (must_cancel, msg) = {
+            let mut st = slf.get().st.borrow(py)?;
+            st.fut_waiter = Some(fut.clone().unbind());
+            (
+                st.must_cancel,
+                st.cancel_msg.as_ref().map(|m| m.clone_ref(py)),
+            )
+        };
+        if must_cancel {
+            let msg = msg.unwrap_or_else(|| py.None());
+            let cancelled = match fut.cast::<Task>() {
+                Ok(other) => Self::cancel_impl(other, msg.bind(py))?,
+                Err(_) => fut
+                    .call_method1(intern!(py, "cancel"), (msg,))?
+                    .is_truthy()?,
+            };
+            if cancelled {
+                slf.get().st.borrow(py)?.must_cancel = false;
+            }
+        }
+        Ok(())
+    }
+
+    fn different_loop(slf: &Bound<'_, Self>, fut: &Bound<'_, PyAny>) -> PyResult<()> {
+        let msg = format!(
+            "Task {} got Future {} attached to a different loop",
+            slf.repr()?,
+            fut.repr()?
+        );
+        Self::error_soon(slf, &msg)
+    }
+
+    fn yield_instead_of_yf(slf: &Bound<'_, Self>, fut: &Bound<'_, PyAny>) -> PyResult<()> {
+        let msg = format!(
+            "yield was used instead of yield from in task {} with {}",
+            slf.repr()?,
+            fut.repr()?
+        );
+        Self::error_soon(slf, &msg)
+    }
+
+    /// `task_set_error_soon`: the next step throws a `RuntimeError(msg)` into the coroutine.
+    fn error_soon(slf: &Bound<'_, Self>, msg: &str) -> PyResult<()> {
+        let exc = PyRuntimeError::new_err(msg.to_owned()).into_value(slf.py());
+        Self::schedule(slf, Some(exc.into_bound(slf.py()).into_any()))
+    }
+
+    /// `future_set_result` / `future_set_exception` for the step's outcome.
+    fn finish(
+        slf: &Bound<'_, Self>,
+        result: Option<Bound<'_, PyAny>>,
+        exception: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        {
+            let mut st = slf.get().st.borrow(py)?;
+            if st.phase != Phase::Pending {
+                return Err(InvalidStateError::new_err("invalid state"));
+            }
+            st.phase = Phase::Finished;
+            if let Some(e) = &exception {
+                // SAFETY: we hold the GIL; `e` is a live exception instance (a step's raised
+                // exception); PyException_GetTraceback returns a new reference or NULL.
+                let tb = unsafe { ffi::PyException_GetTraceback(e.as_ptr()) };
+                // SAFETY: `tb` is NULL or a new reference, owned from here.
+                st.exception_tb =
+                    unsafe { Bound::from_owned_ptr_or_opt(py, tb) }.map(Bound::unbind);
+                st.exception = Some(e.clone().unbind());
+                st.log_tb = true;
+            } else {
+                st.result = result.map(Bound::unbind);
+            }
+        }
+        Self::schedule_callbacks(slf)
+    }
+
+    /// `future_cancel`: moves a pending task to `Cancelled` (False if it was done).
+    fn cancel_now(slf: &Bound<'_, Self>, msg: Option<Py<PyAny>>) -> PyResult<bool> {
+        let py = slf.py();
+        let old = {
+            let mut st = slf.get().st.borrow(py)?;
+            st.log_tb = false;
+            if st.phase != Phase::Pending {
+                return Ok(false);
+            }
+            st.phase = Phase::Cancelled;
+            std::mem::replace(&mut st.cancel_msg, msg)
+        };
+        drop(old);
+        Self::schedule_callbacks(slf)?;
+        Ok(true)
+    }
+
+    /// Every done callback goes to `loop.call_soon(callback, task, context=...)`, in order.
+    fn schedule_callbacks(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let callbacks = std::mem::take(&mut slf.get().st.borrow(py)?.callbacks);
+        if callbacks.is_empty() {
+            return Ok(());
+        }
+        let loop_ = slf.get().loop_of(py)?;
+        for (cb, ctx) in callbacks {
+            call_soon(
+                &loop_,
+                slf.get().core.as_ref(),
+                cb.bind(py),
+                slf.as_any(),
+                ctx.bind(py),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn add_callback(
+        slf: &Bound<'_, Self>,
+        callback: Bound<'_, PyAny>,
+        context: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let context = match context.filter(|c| !c.is_none()) {
+            Some(c) => c,
+            // SAFETY: we hold the GIL; PyContext_CopyCurrent returns a new reference or NULL
+            // with an exception set.
+            None => unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_CopyCurrent()) }?,
+        };
+        let pending = slf.get().st.borrow(py)?.phase == Phase::Pending;
+        if pending {
+            slf.get()
+                .st
+                .borrow(py)?
+                .callbacks
+                .push((callback.unbind(), context.unbind()));
+            return Ok(());
+        }
+        let loop_ = slf.get().loop_of(py)?;
+        call_soon(
+            &loop_,
+            slf.get().core.as_ref(),
+            &callback,
+            slf.as_any(),
+            &context,
+        )
+    }
+
+    fn result_impl<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let (phase, exc, tb, result) = {
+            let mut st = self.st.borrow(py)?;
+            if st.phase == Phase::Finished {
+                st.log_tb = false;
+            }
+            (
+                st.phase,
+                st.exception.as_ref().map(|e| e.clone_ref(py)),
+                st.exception_tb.take(),
+                st.result.as_ref().map(|r| r.clone_ref(py)),
+            )
+        };
+        match phase {
+            Phase::Cancelled => Err(PyErr::from_value(self.make_cancelled_error(py)?)),
+            Phase::Pending => Err(InvalidStateError::new_err("Result is not set.")),
+            Phase::Finished => {
+                if let Some(exc) = exc {
+                    let exc = exc.into_bound(py);
+                    let tb = tb.unwrap_or_else(|| py.None());
+                    // SAFETY: we hold the GIL; `exc` is an exception instance and `tb` a
+                    // traceback or None (what `PyException_SetTraceback` accepts).
+                    if unsafe { ffi::PyException_SetTraceback(exc.as_ptr(), tb.as_ptr()) } < 0 {
+                        return Err(PyErr::fetch(py));
+                    }
+                    return Err(PyErr::from_value(exc));
+                }
+                Ok(result.map_or_else(|| py.None().into_bound(py), |r| r.into_bound(py)))
+            }
+        }
+    }
+
+    /// `Task.cancel(msg)`.
+    fn cancel_impl(slf: &Bound<'_, Self>, msg: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = slf.py();
+        let waiter = {
+            let mut st = slf.get().st.borrow(py)?;
+            st.log_tb = false;
+            if st.phase != Phase::Pending {
+                return Ok(false);
+            }
+            st.num_cancels += 1;
+            st.fut_waiter.as_ref().map(|w| w.clone_ref(py))
+        };
+        if let Some(waiter) = waiter {
+            let waiter = waiter.into_bound(py);
+            let done = match waiter.cast::<Task>() {
+                Ok(other) => Self::cancel_impl(other, msg)?,
+                Err(_) => waiter
+                    .call_method1(intern!(py, "cancel"), (msg,))?
+                    .is_truthy()?,
+            };
+            if done {
+                return Ok(true);
+            }
+        }
+        let old = {
+            let mut st = slf.get().st.borrow(py)?;
+            st.must_cancel = true;
+            st.cancel_msg.replace(msg.clone().unbind())
+        };
+        drop(old);
+        Ok(true)
+    }
+}
+
+/// `loop.call_soon(callback, arg, context=context)`, natively on a ferroloop loop.
+fn call_soon(
+    loop_: &Bound<'_, PyAny>,
+    core: Option<&Py<LoopCore>>,
+    callback: &Bound<'_, PyAny>,
+    arg: &Bound<'_, PyAny>,
+    context: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let py = loop_.py();
+    if let Some(core) = core {
+        LoopCore::call_soon_impl(
+            core.bind(py),
+            callback,
+            crate::handle::CallArgs::One(arg.clone().unbind()),
+            Some(context),
+        )?;
+        return Ok(());
+    }
+    let kwargs = PyDict::new(py);
+    kwargs.set_item(intern!(py, "context"), context)?;
+    loop_.call_method(intern!(py, "call_soon"), (callback, arg), Some(&kwargs))?;
+    Ok(())
+}
+
+enum Outcome<'py> {
+    Return(Bound<'py, PyAny>),
+    Yield(Bound<'py, PyAny>),
+    Error(PyErr),
+}
+
+/// `coro.send(None)` through `PyIter_Send`.
+fn send<'py>(coro: &Bound<'py, PyAny>) -> Outcome<'py> {
+    let py = coro.py();
+    let mut result: *mut ffi::PyObject = std::ptr::null_mut();
+    // SAFETY: we hold the GIL; `coro` is live; `result` receives a new reference unless the
+    // status is PYGEN_ERROR.
+    let status = unsafe { ffi::PyIter_Send(coro.as_ptr(), ffi::Py_None(), &raw mut result) };
+    match status {
+        ffi::PySendResult::PYGEN_RETURN => {
+            // SAFETY: PYGEN_RETURN hands over a new reference in `result`.
+            Outcome::Return(unsafe { Bound::from_owned_ptr(py, result) })
+        }
+        ffi::PySendResult::PYGEN_NEXT => {
+            // SAFETY: PYGEN_NEXT hands over a new reference in `result`.
+            Outcome::Yield(unsafe { Bound::from_owned_ptr(py, result) })
+        }
+        ffi::PySendResult::PYGEN_ERROR => Outcome::Error(PyErr::fetch(py)),
+    }
+}
+
+/// `coro.throw(exc)`: a `StopIteration` is the coroutine's return.
+fn throw<'py>(coro: &Bound<'py, PyAny>, exc: &Bound<'py, PyAny>) -> Outcome<'py> {
+    let py = coro.py();
+    match coro.call_method1(intern!(py, "throw"), (exc,)) {
+        Ok(v) => Outcome::Yield(v),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyStopIteration>(py) => {
+            match e.value(py).getattr(intern!(py, "value")) {
+                Ok(v) => Outcome::Return(v),
+                Err(e) => Outcome::Error(e),
+            }
+        }
+        Err(e) => Outcome::Error(e),
+    }
+}
+
+/// A boolean attribute's new value (`del` is refused, as on the C Task).
+fn flag_value(value: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+    value
+        .ok_or_else(|| PyAttributeError::new_err("cannot delete attribute"))?
+        .is_truthy()
+}
+
+fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Pending => "PENDING",
+        Phase::Cancelled => "CANCELLED",
+        Phase::Finished => "FINISHED",
+    }
+}
+
+#[pymethods]
+impl Task {
+    #[new]
+    #[pyo3(signature = (coro, *, r#loop=None, name=None, context=None, eager_start=false))]
+    fn py_new(
+        py: Python<'_>,
+        coro: &Bound<'_, PyAny>,
+        r#loop: Option<&Bound<'_, PyAny>>,
+        name: Option<&Bound<'_, PyAny>>,
+        context: Option<&Bound<'_, PyAny>>,
+        eager_start: bool,
+    ) -> PyResult<Self> {
+        if eager_start {
+            return Err(PyTypeError::new_err(
+                "ferroloop.Task does not support eager_start=True",
+            ));
+        }
+        // Only the static type object's address is taken.
+        let exact = std::ptr::eq(
+            coro.get_type_ptr(),
+            std::ptr::addr_of_mut!(ffi::PyCoro_Type),
+        );
+        let is_coro = exact || crate::hooks::call(py, "is_coroutine", (coro,))?.is_truthy()?;
+        if !is_coro {
+            return Err(PyTypeError::new_err(format!(
+                "a coroutine was expected, got {}",
+                coro.repr()?
+            )));
+        }
+        let loop_ = match r#loop.filter(|l| !l.is_none()) {
+            Some(l) => l.clone(),
+            None => py
+                .import("asyncio.events")?
+                .call_method0(intern!(py, "get_event_loop"))?,
+        };
+        let context = match context.filter(|c| !c.is_none()) {
+            Some(c) => c.clone(),
+            // SAFETY: we hold the GIL; PyContext_CopyCurrent returns a new reference or NULL
+            // with an exception set.
+            None => unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_CopyCurrent()) }?,
+        };
+        let name = match name.filter(|n| !n.is_none()) {
+            Some(n) if n.is_exact_instance_of::<PyString>() => Some(n.clone().unbind()),
+            Some(n) => Some(n.str()?.into_any().unbind()),
+            None => None,
+        };
+        let native = loop_.cast::<LoopCore>().ok().map(|c| c.clone().unbind());
+        Ok(Task {
+            core: native,
+            st: LoopCell::new(Self::new_state(
+                loop_.unbind(),
+                coro.clone().unbind(),
+                name,
+                context.unbind(),
+                None,
+            )),
+        })
+    }
+
+    fn done(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.st.borrow(py)?.phase != Phase::Pending)
+    }
+
+    fn cancelled(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.st.borrow(py)?.phase == Phase::Cancelled)
+    }
+
+    fn result<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.result_impl(py)
+    }
+
+    fn exception<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let (phase, exc) = {
+            let mut st = self.st.borrow(py)?;
+            if st.phase == Phase::Finished {
+                st.log_tb = false;
+            }
+            (st.phase, st.exception.as_ref().map(|e| e.clone_ref(py)))
+        };
+        match phase {
+            Phase::Cancelled => Err(PyErr::from_value(self.make_cancelled_error(py)?)),
+            Phase::Pending => Err(InvalidStateError::new_err("Exception is not set.")),
+            Phase::Finished => {
+                Ok(exc.map_or_else(|| py.None().into_bound(py), |e| e.into_bound(py)))
+            }
+        }
+    }
+
+    #[pyo3(signature = (fn_, /, *, context=None))]
+    fn add_done_callback(
+        slf: &Bound<'_, Self>,
+        fn_: Bound<'_, PyAny>,
+        context: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        Self::add_callback(slf, fn_, context)
+    }
+
+    fn remove_done_callback(&self, py: Python<'_>, fn_: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let callbacks = std::mem::take(&mut self.st.borrow(py)?.callbacks);
+        let mut kept = Vec::with_capacity(callbacks.len());
+        let mut removed = 0;
+        let mut failure = None;
+        for (cb, ctx) in callbacks {
+            if failure.is_none() {
+                match cb.bind(py).eq(fn_) {
+                    Ok(true) => {
+                        removed += 1;
+                        continue;
+                    }
+                    Ok(false) => {}
+                    Err(e) => failure = Some(e),
+                }
+            }
+            kept.push((cb, ctx));
+        }
+        let mut st = self.st.borrow(py)?;
+        // Callbacks added while comparing (by an `__eq__`) go after the kept ones.
+        let added = std::mem::replace(&mut st.callbacks, kept);
+        st.callbacks.extend(added);
+        drop(st);
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(removed),
+        }
+    }
+
+    #[pyo3(signature = (msg=None))]
+    fn cancel(slf: &Bound<'_, Self>, msg: Option<Bound<'_, PyAny>>) -> PyResult<bool> {
+        let py = slf.py();
+        let msg = msg.unwrap_or_else(|| py.None().into_bound(py));
+        Self::cancel_impl(slf, &msg)
+    }
+
+    fn cancelling(&self, py: Python<'_>) -> PyResult<i64> {
+        Ok(self.st.borrow(py)?.num_cancels)
+    }
+
+    fn uncancel(&self, py: Python<'_>) -> PyResult<i64> {
+        let clears = py.version_info() >= (3, 13);
+        let mut st = self.st.borrow(py)?;
+        if st.num_cancels > 0 {
+            st.num_cancels -= 1;
+            if clears && st.num_cancels == 0 {
+                st.must_cancel = false;
+            }
+        }
+        Ok(st.num_cancels)
+    }
+
+    fn _make_cancelled_error<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.make_cancelled_error(py)
+    }
+
+    fn get_coro(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        Ok(self.st.borrow(py)?.coro.as_ref().map(|c| c.clone_ref(py)))
+    }
+
+    fn get_context<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.context_of(py)
+    }
+
+    fn get_loop<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.loop_of(py)
+    }
+
+    fn get_name(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let mut st = self.st.borrow(py)?;
+        if let Some(name) = &st.name {
+            return Ok(name.clone_ref(py));
+        }
+        let name = PyString::new(py, &format!("Task-{}", st.number))
+            .into_any()
+            .unbind();
+        st.name = Some(name.clone_ref(py));
+        Ok(name)
+    }
+
+    fn set_name(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let name = if value.is_exact_instance_of::<PyString>() {
+            value.clone()
+        } else {
+            value.str()?.into_any()
+        };
+        let old = self.st.borrow(py)?.name.replace(name.unbind());
+        drop(old);
+        Ok(())
+    }
+
+    #[pyo3(signature = (*, limit=None))]
+    fn get_stack<'py>(
+        slf: &Bound<'py, Self>,
+        limit: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let limit = limit.unwrap_or_else(|| py.None().into_bound(py));
+        py.import("asyncio.base_tasks")?
+            .call_method1(intern!(py, "_task_get_stack"), (slf, limit))
+    }
+
+    #[pyo3(signature = (*, limit=None, file=None))]
+    fn print_stack<'py>(
+        slf: &Bound<'py, Self>,
+        limit: Option<Bound<'py, PyAny>>,
+        file: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let limit = limit.unwrap_or_else(|| py.None().into_bound(py));
+        let file = file.unwrap_or_else(|| py.None().into_bound(py));
+        py.import("asyncio.base_tasks")?
+            .call_method1(intern!(py, "_task_print_stack"), (slf, limit, file))
+    }
+
+    fn set_result(_slf: &Bound<'_, Self>, _result: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(PyRuntimeError::new_err(
+            "Task does not support set_result operation",
+        ))
+    }
+
+    fn set_exception(_slf: &Bound<'_, Self>, _exception: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(PyRuntimeError::new_err(
+            "Task does not support set_exception operation",
+        ))
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        Ok(crate::hooks::call(slf.py(), "task_repr", (slf,))?.unbind())
+    }
+
+    fn __await__(slf: Bound<'_, Self>) -> TaskAwait {
+        TaskAwait {
+            task: slf.unbind(),
+            yielded: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn __iter__(slf: Bound<'_, Self>) -> TaskAwait {
+        Self::__await__(slf)
+    }
+
+    #[classmethod]
+    fn __class_getitem__<'py>(
+        cls: &Bound<'py, PyType>,
+        item: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = cls.py();
+        py.import("types")?
+            .getattr("GenericAlias")?
+            .call1((cls, item))
+    }
+
+    #[getter]
+    fn _asyncio_future_blocking(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.st.borrow(py)?.blocking)
+    }
+
+    #[setter(_asyncio_future_blocking)]
+    fn set_asyncio_future_blocking(
+        &self,
+        py: Python<'_>,
+        value: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let value = flag_value(value)?;
+        self.st.borrow(py)?.blocking = value;
+        Ok(())
+    }
+
+    #[getter]
+    fn _log_traceback(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.st.borrow(py)?.log_tb)
+    }
+
+    #[setter(_log_traceback)]
+    fn set_log_traceback(&self, py: Python<'_>, value: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let value = flag_value(value)?;
+        if value {
+            return Err(PyValueError::new_err(
+                "_log_traceback can only be set to False",
+            ));
+        }
+        self.st.borrow(py)?.log_tb = false;
+        Ok(())
+    }
+
+    #[getter]
+    fn _log_destroy_pending(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.st.borrow(py)?.log_destroy_pending)
+    }
+
+    #[setter(_log_destroy_pending)]
+    fn set_log_destroy_pending(
+        &self,
+        py: Python<'_>,
+        value: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let value = flag_value(value)?;
+        self.st.borrow(py)?.log_destroy_pending = value;
+        Ok(())
+    }
+
+    #[getter]
+    fn _must_cancel(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.st.borrow(py)?.must_cancel)
+    }
+
+    #[getter]
+    fn _fut_waiter(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        Ok(self
+            .st
+            .borrow(py)?
+            .fut_waiter
+            .as_ref()
+            .map(|w| w.clone_ref(py)))
+    }
+
+    #[getter]
+    fn _coro(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        self.get_coro(py)
+    }
+
+    #[getter]
+    fn _loop<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.loop_of(py)
+    }
+
+    #[getter]
+    fn _state(&self, py: Python<'_>) -> PyResult<&'static str> {
+        Ok(phase_name(self.st.borrow(py)?.phase))
+    }
+
+    #[getter]
+    fn _result(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        Ok(self.st.borrow(py)?.result.as_ref().map(|r| r.clone_ref(py)))
+    }
+
+    #[getter]
+    fn _exception(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        Ok(self
+            .st
+            .borrow(py)?
+            .exception
+            .as_ref()
+            .map(|e| e.clone_ref(py)))
+    }
+
+    #[getter]
+    fn _cancel_message(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        Ok(self
+            .st
+            .borrow(py)?
+            .cancel_msg
+            .as_ref()
+            .map(|m| m.clone_ref(py)))
+    }
+
+    #[setter(_cancel_message)]
+    fn set_cancel_message(&self, py: Python<'_>, value: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let value = value.ok_or_else(|| PyAttributeError::new_err("cannot delete attribute"))?;
+        let old = self
+            .st
+            .borrow(py)?
+            .cancel_msg
+            .replace(value.clone().unbind());
+        drop(old);
+        Ok(())
+    }
+
+    #[getter]
+    fn _source_traceback(_slf: &Bound<'_, Self>) -> Option<Py<PyAny>> {
+        None
+    }
+
+    #[getter]
+    fn _callbacks<'py>(&self, py: Python<'py>) -> PyResult<Option<Vec<Bound<'py, PyTuple>>>> {
+        let st = self.st.borrow(py)?;
+        if st.callbacks.is_empty() {
+            return Ok(None);
+        }
+        let pairs: Vec<(Py<PyAny>, Py<PyAny>)> = st
+            .callbacks
+            .iter()
+            .map(|(c, x)| (c.clone_ref(py), x.clone_ref(py)))
+            .collect();
+        drop(st);
+        pairs
+            .into_iter()
+            .map(|(c, x)| PyTuple::new(py, [c, x]))
+            .collect::<PyResult<Vec<_>>>()
+            .map(Some)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.core)?;
+        let Some(st) = self.st.try_borrow_for_gc() else {
+            return Ok(());
+        };
+        visit.call(&st.loop_)?;
+        visit.call(&st.context)?;
+        visit.call(&st.coro)?;
+        visit.call(&st.name)?;
+        visit.call(&st.result)?;
+        visit.call(&st.exception)?;
+        visit.call(&st.exception_tb)?;
+        visit.call(&st.cancel_msg)?;
+        visit.call(&st.cancelled_exc)?;
+        visit.call(&st.fut_waiter)?;
+        visit.call(&st.hook)?;
+        for (cb, ctx) in &st.callbacks {
+            visit.call(cb)?;
+            visit.call(ctx)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self, py: Python<'_>) {
+        let taken = self.st.borrow(py).ok().map(|mut st| {
+            (
+                st.loop_.take(),
+                st.context.take(),
+                st.coro.take(),
+                st.result.take(),
+                st.exception.take(),
+                st.exception_tb.take(),
+                st.fut_waiter.take(),
+                st.hook.take(),
+                std::mem::take(&mut st.callbacks),
+            )
+        });
+        drop(taken);
+    }
+}
+
+/// What `await task` iterates: yields the task once while it is pending (with
+/// `_asyncio_future_blocking` set, as `Future.__await__` does), then returns its result.
+#[pyclass(module = "ferroloop._native", name = "TaskAwait", frozen)]
+pub struct TaskAwait {
+    task: Py<Task>,
+    yielded: std::sync::atomic::AtomicBool,
+}
+
+#[pymethods]
+impl TaskAwait {
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let task = self.task.bind(py);
+        let done = task.get().st.borrow(py)?.phase != Phase::Pending;
+        if !done {
+            if self
+                .yielded
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                return Err(PyRuntimeError::new_err("await wasn't used with future"));
+            }
+            task.get().st.borrow(py)?.blocking = true;
+            return Ok(task.clone().into_any());
+        }
+        let value = task.get().result_impl(py)?;
+        // Made with the value as its one argument: `stop_iteration` would unpack a tuple.
+        Err(pyo3::exceptions::PyStopIteration::new_err(
+            (value.unbind(),),
+        ))
+    }
+
+    fn send<'py>(
+        &self,
+        py: Python<'py>,
+        _value: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.__next__(py)
+    }
+
+    #[pyo3(signature = (typ, val=None, _tb=None))]
+    fn throw(
+        _slf: &Bound<'_, Self>,
+        typ: &Bound<'_, PyAny>,
+        val: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        Err(crate::sock_ops::thrown(typ, val))
+    }
+
+    fn close(_slf: &Bound<'_, Self>) {}
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.task)
+    }
+}
+
+/// `ferroloop.Task(...)`'s `tp_init`: `__new__` built the task; this registers it and queues
+/// its first step, once (`__init__` called again does nothing, the C Task would re-initialise).
+///
+/// # Safety
+/// Called by CPython's `type_call` with the GIL held, on an instance of `Task`.
+unsafe extern "C" fn task_init(
+    slf: *mut ffi::PyObject,
+    _args: *mut ffi::PyObject,
+    _kwargs: *mut ffi::PyObject,
+) -> std::os::raw::c_int {
+    // SAFETY: CPython holds the GIL while it calls a type slot.
+    let py = unsafe { Python::assume_attached() };
+    // SAFETY: `slf` is a live, borrowed instance of `Task` (the slot is on that type, which
+    // cannot be subclassed).
+    let task = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<Task>() };
+    match Task::start(&task) {
+        Ok(()) => 0,
+        Err(e) => {
+            e.restore(py);
+            -1
+        }
+    }
+}
+
+/// Installs `task_init` as `Task`'s `tp_init` (PyO3 has no way to declare one).
+pub fn install_task_init(py: Python<'_>) {
+    let tp = <Task as pyo3::PyTypeInfo>::type_object_raw(py);
+    // SAFETY: `Task` is a heap type created by PyO3; its `tp_init` field is ours to set before
+    // any instance exists (this runs during module initialisation, with the GIL held).
+    unsafe {
+        (*tp).tp_init = Some(task_init);
+    }
+}
