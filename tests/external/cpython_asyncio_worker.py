@@ -140,7 +140,6 @@ MODULES: dict[str, Selection] = {
         per_task=(
             PerTask("NativeTask_CFuture_Tests", ("BaseTaskTests",)),
             PerTask("NativeTask_PyFuture_Tests", ("BaseTaskTests",), future="py"),
-            PerTask("NativeTask_CFuture_SubclassTests", ("BaseTaskTests",), subclassed=True),
             PerTask("NativeCurrentLoopTests", ("BaseCurrentLoopTests",), new_task=True),
         ),
     ),

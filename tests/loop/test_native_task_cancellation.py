@@ -11,6 +11,7 @@ under test too; anyio reads the task's ``_must_cancel``, ``_fut_waiter``, ``get_
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import types
 from typing import Any
@@ -151,6 +152,69 @@ def test_task_cancelling_itself_is_cancelled_at_its_next_await(loop, Task):
     assert events == ["still running after cancel()", ("cancelled at the await", ("self",))]
     assert future.cancelled()
     assert task.cancelled()
+
+
+def test_cancel_during_the_last_step_cancels_the_returned_task(loop, Task):
+    async def body():
+        asyncio.current_task().cancel("late")
+        return "value dropped"
+
+    task = Task(body(), loop=loop)
+    with pytest.raises(asyncio.CancelledError):
+        loop.run_until_complete(task)
+    assert task.cancelled()
+    assert task.cancelling() == 1
+
+
+def test_coroutine_raising_cancelled_error_cancels_the_task(loop, Task):
+    async def body():
+        raise asyncio.CancelledError("own")
+
+    task = Task(body(), loop=loop)
+    with pytest.raises(asyncio.CancelledError) as caught:
+        loop.run_until_complete(task)
+    assert caught.value.args == ("own",)
+    assert task.cancelled()
+    assert task.cancelling() == 0
+
+
+def test_cancel_after_the_awaited_future_resolved_throws_into_the_coroutine(loop, Task):
+    # The future is done, its wakeup queued: cancel() cannot cancel it, so the task itself
+    # throws CancelledError into the coroutine at the next step.
+    future = loop.create_future()
+    seen = []
+
+    async def body():
+        try:
+            return await future
+        except asyncio.CancelledError as exc:
+            seen.append(exc.args)
+            raise
+
+    task = Task(body(), loop=loop)
+    loop.run_until_complete(bare_yield())
+    future.set_result("too late")
+    assert task.cancel("after") is True
+    assert task._must_cancel is True
+    with pytest.raises(asyncio.CancelledError):
+        loop.run_until_complete(task)
+    assert seen == [("after",)]
+    assert task._must_cancel is False
+
+
+def test_cancel_message_may_be_any_object(loop, Task):
+    task = Task(return_value(None), loop=loop)
+    task.cancel(msg=42)
+    with pytest.raises(asyncio.CancelledError) as caught:
+        loop.run_until_complete(task)
+    assert caught.value.args == (42,)
+
+
+def test_uncancel_at_zero_stays_at_zero(loop, Task):
+    task = Task(return_value(None), loop=loop)
+    assert task.uncancel() == 0
+    assert task.cancelling() == 0
+    loop.run_until_complete(task)
 
 
 def test_cancel_of_a_finished_task_is_refused(loop, Task):
@@ -399,3 +463,32 @@ def test_anyio_run_uses_the_task_factory(loop_factory, task_factory, Task):
 
     assert anyio.run(main, backend_options={"loop_factory": make_loop}) is True
     assert seen == [Task]
+
+
+def test_runner_turns_sigint_into_keyboard_interrupt_through_the_main_task(
+    loop_factory, task_factory, task_kind
+):
+    # asyncio.Runner cancels its main task on SIGINT, then raises KeyboardInterrupt once the
+    # task's uncancel() comes back to 0.
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("asyncio.Runner handles SIGINT only while Python's default handler is set")
+    events = []
+
+    def make_loop():
+        new_loop = loop_factory()
+        new_loop.set_task_factory(task_factory)
+        return new_loop
+
+    async def main():
+        events.append(type(asyncio.current_task()).__module__)
+        asyncio.get_running_loop().call_soon(signal.raise_signal, signal.SIGINT)
+        try:
+            await asyncio.sleep(1)
+        except asyncio.CancelledError:
+            events.append("main task cancelled")
+            raise
+
+    with pytest.raises(KeyboardInterrupt), asyncio.Runner(loop_factory=make_loop) as runner:
+        runner.run(main())
+    expected_module = "_asyncio" if task_kind == "asyncio.Task" else "ferroloop._native"
+    assert events == [expected_module, "main task cancelled"]
