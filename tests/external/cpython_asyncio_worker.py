@@ -10,7 +10,9 @@ starts it again, minus the tests already done, after a hang or a crash). A worke
    ``asyncio.DefaultEventLoopPolicy()``; with the patch that is the loop under test again;
 2. counts every loop the policy (and, for the per-loop classes, their loop factory) hands
    out, and fails loudly on a loop of the wrong type, so the report can prove which tests
-   really ran on the loop under test;
+   really ran on the loop under test; with ``--tasks native`` it also installs
+   ``ferroloop.task_factory`` on each of those loops, so the tasks the tests create
+   (``create_task``, ``TaskGroup``, ``wait_for``...) are ferroloop.Task;
 3. runs the module's selected tests with unittest and writes one JSON line per event to
    ``--results``: ``plan`` (the test ids), ``start``, ``result``, and ``done``;
 4. arms a faulthandler watchdog around each test: a test that outlives ``--test-timeout``
@@ -38,6 +40,9 @@ from typing import IO, Any
 from unittest import mock
 
 LOOPS = ("ferroloop", "uvloop", "asyncio")
+# The Task class of the tasks that the loops under test create: the loop's default
+# (asyncio's), or ferroloop.Task through ferroloop.task_factory.
+TASKS = ("asyncio", "native")
 # Cap on the traceback text kept per test: enough for the frames that matter.
 DETAIL_CHARS = 4000
 # Written to stderr as each test starts.
@@ -238,10 +243,12 @@ if sys.version_info >= (3, 12):
 
 
 class LoopCounter:
-    """Counts the loops handed to the tests and rejects loops of another type."""
+    """Counts the loops handed to the tests and rejects loops of another type; installs
+    ``task_factory`` on each, if given."""
 
-    def __init__(self, loop_type: type) -> None:
+    def __init__(self, loop_type: type, task_factory: Callable[..., Any] | None = None) -> None:
         self.loop_type = loop_type
+        self.task_factory = task_factory
         self.created = 0
 
     def note(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
@@ -251,6 +258,8 @@ class LoopCounter:
                 f"{type(loop).__qualname__}, not {self.loop_type.__qualname__}"
             )
         self.created += 1
+        if self.task_factory is not None:
+            loop.set_task_factory(self.task_factory)
         return loop
 
 
@@ -264,12 +273,20 @@ def install_event_loop_class(make_loop: Callable[[], asyncio.AbstractEventLoop])
     )
 
 
-def install_loop(name: str) -> tuple[LoopCounter, Callable[[], asyncio.AbstractEventLoop]]:
-    """Make ``name`` asyncio's default loop; return the counter and a loop factory."""
+def install_loop(
+    name: str, tasks: str = "asyncio"
+) -> tuple[LoopCounter, Callable[[], asyncio.AbstractEventLoop]]:
+    """Make ``name`` asyncio's default loop, its tasks of ``tasks``; return the counter and a
+    loop factory."""
+    task_factory = None
+    if tasks == "native":
+        import ferroloop
+
+        task_factory = ferroloop.task_factory
     if name == "ferroloop":
         import ferroloop
 
-        counter = LoopCounter(ferroloop.Loop)
+        counter = LoopCounter(ferroloop.Loop, task_factory)
         base_policy: type[asyncio.AbstractEventLoopPolicy] = ferroloop.EventLoopPolicy
 
         def policy_loop(policy: Any) -> asyncio.AbstractEventLoop:
@@ -281,7 +298,7 @@ def install_loop(name: str) -> tuple[LoopCounter, Callable[[], asyncio.AbstractE
     elif name == "uvloop":
         import uvloop
 
-        counter = LoopCounter(uvloop.Loop)
+        counter = LoopCounter(uvloop.Loop, task_factory)
         # uvloop's own policy lacks the child-watcher methods the Unix tests call.
         base_policy = asyncio.DefaultEventLoopPolicy
 
@@ -294,7 +311,7 @@ def install_loop(name: str) -> tuple[LoopCounter, Callable[[], asyncio.AbstractE
     else:
         # Bound now: per-loop classes may patch the name asyncio.SelectorEventLoop.
         selector_loop = asyncio.SelectorEventLoop
-        counter = LoopCounter(selector_loop)
+        counter = LoopCounter(selector_loop, task_factory)
         base_policy = asyncio.DefaultEventLoopPolicy
 
         def policy_loop(policy: Any) -> asyncio.AbstractEventLoop:
@@ -533,6 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loop", choices=LOOPS, required=True)
     parser.add_argument("--module", choices=sorted(MODULES), required=True)
+    parser.add_argument("--tasks", choices=TASKS, default="asyncio")
     parser.add_argument("--results", required=True, help="JSON-lines file to append to")
     parser.add_argument("--skip", help="JSON file: list of test ids already done")
     parser.add_argument("--test-timeout", type=float, required=True)
@@ -541,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with open(args.results, "a", encoding="utf-8") as out:
         try:
-            counter, make_loop = install_loop(args.loop)
+            counter, make_loop = install_loop(args.loop, args.tasks)
             taskgroups = args.module == "test_taskgroups" and args.loop != "asyncio"
             if taskgroups and hasattr(asyncio, "EventLoop"):
                 install_event_loop_class(make_loop)
