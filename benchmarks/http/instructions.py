@@ -41,6 +41,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--conns", type=int, default=16, help="wrk connections (16)")
     parser.add_argument("--top", type=int, default=0, help="list the K costliest functions")
     parser.add_argument("--keep", type=Path, help="keep the callgrind files in this directory")
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="one more argument for the server (repeatable), e.g. --server-arg=--app-task=asyncio",
+    )
     args = parser.parse_args(argv)
     args.requests = sorted(int(n) for n in args.requests.split(","))
     if len(args.requests) != 2 or args.requests[0] >= args.requests[1]:
@@ -54,6 +60,7 @@ class UnderCallgrind:
 
     out: Path
     requests: int
+    extra: tuple[str, ...] = ()
     name: str = "ferroloop"
 
     def command(self, app: str, port: int | str) -> list[str]:
@@ -61,13 +68,16 @@ class UnderCallgrind:
             "valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}",
             *servers.BY_NAME["ferroloop"].command(app, port),
             "--limit-max-requests", str(self.requests),
+            *self.extra,
         ]  # fmt: skip
 
 
 def run_once(args, n: int, out: Path) -> int:
     """Serve n requests under callgrind; return the total instruction count."""
     log = out.with_suffix(".log")
-    proc = servers.ServerProcess(UnderCallgrind(out, n), args.app, [], log)
+    proc = servers.ServerProcess(
+        UnderCallgrind(out, n, tuple(args.server_arg)), args.app, [], log
+    )
     with proc:
         url = f"http://{servers.HOST}:{proc.port}{args.path}"
         deadline = time.monotonic() + 120

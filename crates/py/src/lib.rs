@@ -39,7 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<task_registry::TaskRegistry>()?;
     m.add_class::<task::Task>()?;
     m.add_class::<task::TaskAwait>()?;
-    task::install_task_init(m.py());
+    task::install_task_slots(m.py());
     m.add_function(wrap_pyfunction!(fastcall::_install_fast_methods, m)?)?;
     m.add_function(wrap_pyfunction!(task_registry::_install_task_registry, m)?)?;
     m.add("DEBUG_BUILD", cfg!(debug_assertions))?;

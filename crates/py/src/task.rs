@@ -12,8 +12,8 @@
 //!
 //! What differs from asyncio's Task (documented in docs/usage.md): it is not a subclass of
 //! `asyncio.Task` or `asyncio.Future` (`asyncio.isfuture()` is true: the protocol is duck-typed);
-//! `eager_start=True` is refused; it cannot be subclassed; the never-retrieved-exception and
-//! destroyed-while-pending reports that the C Task makes from its finalizer are not made.
+//! `eager_start=True` is refused; it cannot be subclassed. Its finalizer (`task_finalize`) makes
+//! the C Task's reports: destroyed while pending, exception never retrieved.
 //!
 //! Invariants:
 //! - All mutable state is in `st` (a `LoopCell`): borrowed only for short sections that call no
@@ -23,6 +23,8 @@
 //! - A step runs with the task registered as the loop's current task (`_asyncio._enter_task`)
 //!   and in the task's context: `Ready::Task` entries enter it here (`run_queued`); on other
 //!   loops, and in debug mode, the loop's handle does (`call_soon(..., context=...)`).
+//! - `tp_init`, `tp_finalize` and `tp_dealloc` are set by `install_task_slots` when the module
+//!   is initialised, before any `Task` exists.
 //! - The `hook` (the server's request cycle) is called once, after the step that finished the
 //!   task, with the task already left.
 
@@ -1448,12 +1450,103 @@ unsafe extern "C" fn task_init(
     }
 }
 
-/// Installs `task_init` as `Task`'s `tp_init` (PyO3 has no way to declare one).
-pub fn install_task_init(py: Python<'_>) {
+/// PyO3's `tp_dealloc` for `Task`, which `task_dealloc` runs after the finalizer.
+static PYO3_DEALLOC: std::sync::OnceLock<unsafe extern "C" fn(*mut ffi::PyObject)> =
+    std::sync::OnceLock::new();
+
+/// `Task`'s `tp_dealloc`: the finalizer first (it may resurrect the task), then PyO3's.
+///
+/// # Safety
+/// Called by CPython when a `Task`'s reference count drops to zero, with the GIL held.
+unsafe extern "C" fn task_dealloc(obj: *mut ffi::PyObject) {
+    // SAFETY: `obj` is a `Task` whose last reference is gone (see the function's contract);
+    // this is what a `tp_dealloc` with a `tp_finalize` does first.
+    if unsafe { ffi::PyObject_CallFinalizerFromDealloc(obj) } < 0 {
+        return; // resurrected by the finalizer
+    }
+    if let Some(dealloc) = PYO3_DEALLOC.get() {
+        // SAFETY: PyO3's own `tp_dealloc` for this type, on the object it was made for.
+        unsafe { dealloc(obj) };
+    }
+}
+
+/// `Task`'s `tp_finalize`: the reports the C Task's finalizer makes, through the loop's
+/// exception handler: "Task was destroyed but it is pending!" and "Task exception was never
+/// retrieved". The exception being raised, if any, is kept.
+///
+/// # Safety
+/// Called by CPython (from `task_dealloc` or the garbage collector) with the GIL held, on a
+/// live `Task`.
+unsafe extern "C" fn task_finalize(obj: *mut ffi::PyObject) {
+    // SAFETY: CPython holds the GIL while it calls a type slot.
+    let py = unsafe { Python::assume_attached() };
+    let saved = PyErr::take(py);
+    // SAFETY: `obj` is a live `Task` (see the function's contract), borrowed for the call.
+    let task = unsafe { Borrowed::from_ptr(py, obj).cast_unchecked::<Task>() };
+    if let Err(e) = Task::finalize(&task) {
+        e.write_unraisable(py, Some(task.as_any()));
+    }
+    if let Some(e) = saved {
+        e.restore(py);
+    }
+}
+
+impl Task {
+    /// What `task_finalize` reports, if anything.
+    fn finalize(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let (pending, unretrieved, loop_) = {
+            let Some(mut st) = slf.get().st.try_borrow_for_gc() else {
+                return Ok(());
+            };
+            let pending = st.phase == Phase::Pending && st.log_destroy_pending && st.started;
+            let unretrieved = if st.log_tb {
+                st.log_tb = false;
+                st.exception.as_ref().map(|e| e.clone_ref(py))
+            } else {
+                None
+            };
+            (
+                pending,
+                unretrieved,
+                st.loop_.as_ref().map(|l| l.clone_ref(py)),
+            )
+        };
+        let Some(loop_) = loop_ else {
+            return Ok(());
+        };
+        let loop_ = loop_.bind(py);
+        if pending {
+            let context = PyDict::new(py);
+            context.set_item("message", "Task was destroyed but it is pending!")?;
+            context.set_item("task", slf)?;
+            loop_.call_method1(intern!(py, "call_exception_handler"), (context,))?;
+        }
+        if let Some(exc) = unretrieved {
+            let context = PyDict::new(py);
+            context.set_item("message", "Task exception was never retrieved")?;
+            context.set_item("exception", exc)?;
+            context.set_item("future", slf)?;
+            loop_.call_method1(intern!(py, "call_exception_handler"), (context,))?;
+        }
+        Ok(())
+    }
+}
+
+/// Installs `Task`'s `tp_init` (`task_init`), `tp_finalize` and `tp_dealloc` (PyO3 has no way
+/// to declare the first two, and its `tp_dealloc` does not run a finalizer).
+pub fn install_task_slots(py: Python<'_>) {
     let tp = <Task as pyo3::PyTypeInfo>::type_object_raw(py);
-    // SAFETY: `Task` is a heap type created by PyO3; its `tp_init` field is ours to set before
-    // any instance exists (this runs during module initialisation, with the GIL held).
+    // SAFETY: `Task` is a heap type created by PyO3; its slots are ours to set before any
+    // instance exists (this runs during module initialisation, with the GIL held). The previous
+    // `tp_dealloc` is kept and called by `task_dealloc`.
     unsafe {
         (*tp).tp_init = Some(task_init);
+        (*tp).tp_finalize = Some(task_finalize);
+        if let Some(dealloc) = (*tp).tp_dealloc {
+            if PYO3_DEALLOC.set(dealloc).is_ok() {
+                (*tp).tp_dealloc = Some(task_dealloc);
+            }
+        }
     }
 }
