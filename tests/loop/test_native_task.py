@@ -682,14 +682,6 @@ def test_get_stack_of_a_failed_task_walks_the_traceback(loop, Task):
     task.exception()
 
 
-# The C Task reports from its finalizer; ferroloop.Task has none (crates/py/src/task.rs).
-NO_FINALIZER_REPORT = pytest.mark.native_task_xfail(
-    reason="ferroloop.Task makes no report from a finalizer (documented in crates/py/src/task.rs)",
-    raises=ValueError,  # the (context,) = ... unpacking finds no handler call
-)
-
-
-@NO_FINALIZER_REPORT
 def test_unretrieved_exception_is_reported_when_the_task_is_collected(
     loop, Task, exception_handler_calls
 ):
@@ -720,7 +712,6 @@ def test_retrieved_exception_is_not_reported(loop, Task, exception_handler_calls
     assert exception_handler_calls.consume() == []
 
 
-@NO_FINALIZER_REPORT
 def test_pending_task_collected_is_reported_as_destroyed(loop, Task, exception_handler_calls):
     future = loop.create_future()
     task = Task(wait_on(future), loop=loop)
