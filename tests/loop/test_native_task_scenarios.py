@@ -2,7 +2,8 @@
 
 Each seed generates a small program for a handful of tasks: bare yields, awaits of futures and
 of earlier tasks, resolving, failing and cancelling futures, cancelling other tasks (with a
-message), catching a cancellation and carrying on, uncancel(), raising. The scenario runs once
+message), catching a cancellation and carrying on, uncancel(), raising, and awaits through
+asyncio.timeout, shield, wait_for and a TaskGroup of children. The scenario runs once
 with asyncio's Task and once with ferroloop.Task (each time on a fresh loop of the parameter's
 kind, with the matching task factory), and the two logs must be equal: every operation, the
 value or exception it produced, the task that was current, ``cancelling()`` after each await,
@@ -22,10 +23,25 @@ from typing import Any
 
 import pytest
 
-SEEDS = range(60)
+SEEDS = range(100)
 TASKS = (2, 5)
 OPS_PER_TASK = (1, 7)
 FUTURES = 3
+# How often each operation appears in a program.
+OP_WEIGHTS = {
+    "yield": 4,
+    "await_future": 4,
+    "await_task": 2,
+    "settle": 2,
+    "cancel": 2,
+    "uncancel": 2,
+    "catch_cancel": 2,
+    "raise": 1,
+    "timeout_future": 1,  # async with asyncio.timeout(0): await the future
+    "shield_future": 1,  # await asyncio.shield(future)
+    "wait_for_future": 1,  # await asyncio.wait_for(future, 0)
+    "group": 1,  # a TaskGroup of three children that yield and may raise
+}
 
 
 def asyncio_task_factory(loop, coro, **kwargs):
@@ -44,29 +60,31 @@ def generate(seed: int) -> tuple[int, list[list[tuple[Any, ...]]]]:
     for index in range(count):
         program: list[tuple[Any, ...]] = []
         for _ in range(rng.randint(*OPS_PER_TASK)):
-            choice = rng.random()
-            if choice < 0.2:
-                program.append(("yield",))
-            elif choice < 0.4:
-                program.append(("await_future", rng.randrange(FUTURES)))
-            elif choice < 0.5 and index > 0:
-                program.append(("await_task", rng.randrange(index)))
-            elif choice < 0.6:
+            kind = rng.choices(list(OP_WEIGHTS), weights=list(OP_WEIGHTS.values()))[0]
+            if kind == "await_task" and index == 0:
+                kind = "yield"
+            if kind in ("await_future", "timeout_future", "shield_future", "wait_for_future"):
+                program.append((kind, rng.randrange(FUTURES)))
+            elif kind == "await_task":
+                program.append((kind, rng.randrange(index)))
+            elif kind == "settle":
                 how = rng.choice(["set", "fail", "cancel"])
-                program.append(("settle", rng.randrange(FUTURES), how))
-            elif choice < 0.7:
-                program.append(("cancel", rng.randrange(count), rng.choice([None, f"m{index}"])))
-            elif choice < 0.8:
-                program.append(("uncancel",))
-            elif choice < 0.9:
-                program.append(("catch_cancel", rng.random() < 0.5))
+                program.append((kind, rng.randrange(FUTURES), how))
+            elif kind == "cancel":
+                program.append((kind, rng.randrange(count), rng.choice([None, f"m{index}"])))
+            elif kind == "catch_cancel":
+                program.append((kind, rng.random() < 0.5))
+            elif kind == "group":
+                program.append((kind, [(rng.randint(0, 2), rng.random() < 0.3) for _ in range(3)]))
             else:
-                program.append(("raise",))
+                program.append((kind,))
         programs.append(program)
     return count, programs
 
 
 def describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return f"{type(exc).__name__}[{', '.join(describe(e) for e in exc.exceptions)}]"
     return f"{type(exc).__name__}{exc.args!r}"
 
 
@@ -87,6 +105,17 @@ async def scenario(seed: int, task_class: type, log: list[Any]) -> None:
         else:
             future.cancel(f"f{index} cancelled")
         return how
+
+    async def child(index: int, number: int, yields: int, fails: bool) -> str:
+        try:
+            for _ in range(yields):
+                await bare_yield()
+        except asyncio.CancelledError:
+            log.append((index, "child", number, "cancelled"))
+            raise
+        if fails:
+            raise ValueError(f"t{index} child {number}")
+        return f"t{index} child {number}"
 
     async def run_program(index: int) -> str:
         catching = None
@@ -111,6 +140,20 @@ async def scenario(seed: int, task_class: type, log: list[Any]) -> None:
                 elif kind == "catch_cancel":
                     catching = op[1]
                     outcome = f"catching={catching}"
+                elif kind == "timeout_future":
+                    async with asyncio.timeout(0):
+                        outcome = await futures[op[1]]
+                elif kind == "shield_future":
+                    outcome = await asyncio.shield(futures[op[1]])
+                elif kind == "wait_for_future":
+                    outcome = await asyncio.wait_for(futures[op[1]], 0)
+                elif kind == "group":
+                    async with asyncio.TaskGroup() as group:
+                        children = [
+                            group.create_task(child(index, number, yields, fails))
+                            for number, (yields, fails) in enumerate(op[1])
+                        ]
+                    outcome = [child_task.result() for child_task in children]
                 else:
                     raise ValueError(f"t{index} step {step}")
             except asyncio.CancelledError as exc:
