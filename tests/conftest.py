@@ -12,7 +12,9 @@ loop cannot make a test pass by accident.
 A divergence of ferroloop from asyncio is marked on the test with
 ``@pytest.mark.ferroloop_xfail(reason=..., raises=...)``: it becomes a strict xfail for
 the ferroloop parameter only (``raises`` pins the expected failure), and keeps running
-(and must pass) on asyncio.
+(and must pass) on asyncio. ``@pytest.mark.native_task_xfail(reason=..., raises=...,
+loop=None)`` does the same for the ferroloop.Task parameter of the native Task tests
+(``task_kind``, tests/loop/conftest.py), on both loops or only on the one named by ``loop``.
 """
 
 from __future__ import annotations
@@ -93,6 +95,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "ferroloop_xfail(reason, raises=None): a known divergence of ferroloop from asyncio; "
         "strict xfail on the ferroloop parameter only",
     )
+    config.addinivalue_line(
+        "markers",
+        "native_task_xfail(reason, raises=None, loop=None): a known divergence of ferroloop.Task "
+        "from asyncio's Task; strict xfail on the ferroloop.Task parameter only (and only on "
+        "the loop named by loop, if given)",
+    )
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -103,20 +111,27 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+def _strict_xfail(marker: pytest.Mark, what: str) -> pytest.MarkDecorator:
+    reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
+    return pytest.mark.xfail(
+        strict=True, reason=f"{what} divergence: {reason}", raises=marker.kwargs.get("raises")
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        marker = item.get_closest_marker("ferroloop_xfail")
         callspec = getattr(item, "callspec", None)
-        if marker is None or callspec is None:
+        if callspec is None:
             continue
-        if callspec.params.get("loop_factory") == "ferroloop":
-            reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
-            xfail = pytest.mark.xfail(
-                strict=True,
-                reason=f"ferroloop divergence: {reason}",
-                raises=marker.kwargs.get("raises"),
-            )
-            item.add_marker(xfail)
+        params = callspec.params
+        marker = item.get_closest_marker("ferroloop_xfail")
+        if marker is not None and params.get("loop_factory") == "ferroloop":
+            item.add_marker(_strict_xfail(marker, "ferroloop"))
+        marker = item.get_closest_marker("native_task_xfail")
+        if marker is not None and params.get("task_kind") == "ferroloop.Task":
+            only_on = marker.kwargs.get("loop")
+            if only_on is None or params.get("loop_factory") == only_on:
+                item.add_marker(_strict_xfail(marker, "ferroloop.Task"))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -10,7 +10,9 @@ starts it again, minus the tests already done, after a hang or a crash). A worke
    ``asyncio.DefaultEventLoopPolicy()``; with the patch that is the loop under test again;
 2. counts every loop the policy (and, for the per-loop classes, their loop factory) hands
    out, and fails loudly on a loop of the wrong type, so the report can prove which tests
-   really ran on the loop under test;
+   really ran on the loop under test; with ``--tasks native`` it also installs
+   ``ferroloop.task_factory`` on each of those loops, so the tasks the tests create
+   (``create_task``, ``TaskGroup``, ``wait_for``...) are ferroloop.Task;
 3. runs the module's selected tests with unittest and writes one JSON line per event to
    ``--results``: ``plan`` (the test ids), ``start``, ``result``, and ``done``;
 4. arms a faulthandler watchdog around each test: a test that outlives ``--test-timeout``
@@ -38,6 +40,9 @@ from typing import IO, Any
 from unittest import mock
 
 LOOPS = ("ferroloop", "uvloop", "asyncio")
+# The Task class of the tasks that the loops under test create: the loop's default
+# (asyncio's), or ferroloop.Task through ferroloop.task_factory.
+TASKS = ("asyncio", "native")
 # Cap on the traceback text kept per test: enough for the frames that matter.
 DETAIL_CHARS = 4000
 # Written to stderr as each test starts.
@@ -64,13 +69,35 @@ class PerLoop:
 
 
 @dataclass(frozen=True)
+class PerTask:
+    """A TestCase that runs one of the module's suites written per Task class with
+    ``ferroloop.Task``, the way the module builds its own (``CTask_CFuture_Tests``,
+    ``CCurrentLoopTests``): named ``name``, derived from the module's classes ``bases``, with
+    the class attribute ``Task`` set to ferroloop.Task and ``Future`` to asyncio's C Future
+    (``future="c"``) or pure-Python one (``"py"``); ``new_task``, if set, also builds
+    ferroloop.Task (``BaseCurrentLoopTests`` asks for that method instead of the attribute;
+    on 3.13 it also takes ``current_task``, asyncio's public one here).
+    ``test_utils.TestCase`` is added unless a base is a TestCase already. ``subclassed``
+    applies the module's ``add_subclass_tests``: the tests then run on subclasses of both.
+    Built only for the ferroloop run: they test ferroloop's Task, not the loop.
+    """
+
+    name: str
+    bases: tuple[str, ...]
+    future: str = "c"
+    new_task: bool = False
+    subclassed: bool = False
+
+
+@dataclass(frozen=True)
 class Selection:
     """Which tests of one ``test.test_asyncio`` module run on the loop under test.
 
     ``classes`` names TestCase classes of the module that take their loop from the policy
     (``None``: every class the module defines); ``tests`` names single tests
     (``Class.test_name``) of classes that otherwise build asyncio's loops or mocks;
-    ``per_loop`` lists the classes built for the loop under test (``PerLoop``). ``exclude``
+    ``per_loop`` lists the classes built for the loop under test (``PerLoop``), ``per_task``
+    those built for ferroloop.Task (``PerTask``). ``exclude``
     drops single tests (``Class.test_name``, the class as the test id names it) of those that
     test asyncio's implementation rather than the loop (each listed in EXCEPTIONS.md).
     """
@@ -78,6 +105,7 @@ class Selection:
     classes: tuple[str, ...] | None = None
     tests: tuple[str, ...] = ()
     per_loop: tuple[PerLoop, ...] = ()
+    per_task: tuple[PerTask, ...] = ()
     exclude: tuple[str, ...] = ()
 
 
@@ -110,7 +138,16 @@ def track_shutdown_asyncgens(loop: Any) -> Any:
 # test_protocols (abstract classes), and in the modules below, the classes that run on
 # TestLoop or mocks or patch asyncio's private helpers.
 MODULES: dict[str, Selection] = {
-    "test_tasks": Selection(),
+    "test_tasks": Selection(
+        # CPython's Task tests, once more with ferroloop.Task as the Task class (the module
+        # runs them with _CTask and _PyTask). SetMethodsTest is left out: it calls
+        # Future.set_result(task, ...) on the task, which only works on a Future subclass.
+        per_task=(
+            PerTask("NativeTask_CFuture_Tests", ("BaseTaskTests",)),
+            PerTask("NativeTask_PyFuture_Tests", ("BaseTaskTests",), future="py"),
+            PerTask("NativeCurrentLoopTests", ("BaseCurrentLoopTests",), new_task=True),
+        ),
+    ),
     "test_subprocess": Selection(
         # Every child watcher, each on a loop under test; MultiLoopChildWatcher is skipped
         # by CPython itself, SubprocessTransportTests runs on TestLoop.
@@ -206,10 +243,12 @@ if sys.version_info >= (3, 12):
 
 
 class LoopCounter:
-    """Counts the loops handed to the tests and rejects loops of another type."""
+    """Counts the loops handed to the tests and rejects loops of another type; installs
+    ``task_factory`` on each, if given."""
 
-    def __init__(self, loop_type: type) -> None:
+    def __init__(self, loop_type: type, task_factory: Callable[..., Any] | None = None) -> None:
         self.loop_type = loop_type
+        self.task_factory = task_factory
         self.created = 0
 
     def note(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
@@ -219,6 +258,8 @@ class LoopCounter:
                 f"{type(loop).__qualname__}, not {self.loop_type.__qualname__}"
             )
         self.created += 1
+        if self.task_factory is not None:
+            loop.set_task_factory(self.task_factory)
         return loop
 
 
@@ -232,12 +273,20 @@ def install_event_loop_class(make_loop: Callable[[], asyncio.AbstractEventLoop])
     )
 
 
-def install_loop(name: str) -> tuple[LoopCounter, Callable[[], asyncio.AbstractEventLoop]]:
-    """Make ``name`` asyncio's default loop; return the counter and a loop factory."""
+def install_loop(
+    name: str, tasks: str = "asyncio"
+) -> tuple[LoopCounter, Callable[[], asyncio.AbstractEventLoop]]:
+    """Make ``name`` asyncio's default loop, its tasks of ``tasks``; return the counter and a
+    loop factory."""
+    task_factory = None
+    if tasks == "native":
+        import ferroloop
+
+        task_factory = ferroloop.task_factory
     if name == "ferroloop":
         import ferroloop
 
-        counter = LoopCounter(ferroloop.Loop)
+        counter = LoopCounter(ferroloop.Loop, task_factory)
         base_policy: type[asyncio.AbstractEventLoopPolicy] = ferroloop.EventLoopPolicy
 
         def policy_loop(policy: Any) -> asyncio.AbstractEventLoop:
@@ -249,7 +298,7 @@ def install_loop(name: str) -> tuple[LoopCounter, Callable[[], asyncio.AbstractE
     elif name == "uvloop":
         import uvloop
 
-        counter = LoopCounter(uvloop.Loop)
+        counter = LoopCounter(uvloop.Loop, task_factory)
         # uvloop's own policy lacks the child-watcher methods the Unix tests call.
         base_policy = asyncio.DefaultEventLoopPolicy
 
@@ -262,7 +311,7 @@ def install_loop(name: str) -> tuple[LoopCounter, Callable[[], asyncio.AbstractE
     else:
         # Bound now: per-loop classes may patch the name asyncio.SelectorEventLoop.
         selector_loop = asyncio.SelectorEventLoop
-        counter = LoopCounter(selector_loop)
+        counter = LoopCounter(selector_loop, task_factory)
         base_policy = asyncio.DefaultEventLoopPolicy
 
         def policy_loop(policy: Any) -> asyncio.AbstractEventLoop:
@@ -335,6 +384,9 @@ def build_suite(
         suite.addTests(
             loader.loadTestsFromTestCase(per_loop_class(module, per_loop, loop_name, make_loop))
         )
+    if loop_name == "ferroloop":
+        for per_task in selection.per_task:
+            suite.addTests(loader.loadTestsFromTestCase(per_task_class(module, per_task)))
     prefix = loop_name.capitalize()
     excluded = {f"{module.__name__}.{name.format(loop=prefix)}" for name in selection.exclude}
     unknown = excluded - {test.id() for test in iter_tests(suite)}
@@ -365,6 +417,31 @@ def per_loop_class(
     else:
         namespace[per_loop.factory] = lambda self: adapt(make_loop())
     return type(class_name, bases, namespace)
+
+
+def per_task_class(module: Any, per_task: PerTask) -> type[unittest.TestCase]:
+    from asyncio import futures
+
+    import ferroloop
+    from test.test_asyncio import utils as test_utils
+
+    bases = tuple(getattr(module, base) for base in per_task.bases)
+    if not any(issubclass(base, unittest.TestCase) for base in bases):
+        bases += (test_utils.TestCase,)
+    future = {"c": futures._CFuture, "py": futures._PyFuture}[per_task.future]
+    namespace: dict[str, Any] = {
+        "__module__": module.__name__,
+        "__qualname__": per_task.name,
+        "Task": ferroloop.Task,
+        "Future": future,
+    }
+    if per_task.new_task:
+        namespace["new_task"] = lambda self, coro: ferroloop.Task(coro, loop=self.loop)
+        if hasattr(bases[0], "current_task"):
+            # 3.13's BaseCurrentLoopTests also takes the current_task function to test.
+            namespace["current_task"] = staticmethod(asyncio.current_task)
+    test_class = type(per_task.name, bases, namespace)
+    return module.add_subclass_tests(test_class) if per_task.subclassed else test_class
 
 
 def iter_tests(suite: unittest.TestSuite) -> Iterator[unittest.TestCase]:
@@ -473,6 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loop", choices=LOOPS, required=True)
     parser.add_argument("--module", choices=sorted(MODULES), required=True)
+    parser.add_argument("--tasks", choices=TASKS, default="asyncio")
     parser.add_argument("--results", required=True, help="JSON-lines file to append to")
     parser.add_argument("--skip", help="JSON file: list of test ids already done")
     parser.add_argument("--test-timeout", type=float, required=True)
@@ -481,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with open(args.results, "a", encoding="utf-8") as out:
         try:
-            counter, make_loop = install_loop(args.loop)
+            counter, make_loop = install_loop(args.loop, args.tasks)
             taskgroups = args.module == "test_taskgroups" and args.loop != "asyncio"
             if taskgroups and hasattr(asyncio, "EventLoop"):
                 install_event_loop_class(make_loop)

@@ -22,8 +22,13 @@ Usage (from the repository root, in the venv)::
 
     python tests/external/run_cpython_asyncio.py                       # ferroloop
     python tests/external/run_cpython_asyncio.py --loop uvloop -v      # compare
+    python tests/external/run_cpython_asyncio.py --tasks native -v     # tasks: ferroloop.Task
     python tests/external/run_cpython_asyncio.py --json out.json \\
         --check tests/external/cpython_asyncio_baseline.json
+
+``--tasks native`` installs ``ferroloop.task_factory`` on every loop the tests get from the
+policy, so the suite's tasks (TaskGroup, timeouts, wait_for, locks, queues, streams...) are
+ferroloop.Task rather than asyncio's; its baseline is a separate file.
 
 ``--check`` fails (exit 1) when fewer tests pass than the baseline records; the count may
 only go up. ``--record`` rewrites the baseline (from full ferroloop runs only, and never
@@ -48,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cpython_asyncio_worker import LOOPS, MODULES, START_MARKER
+from cpython_asyncio_worker import LOOPS, MODULES, START_MARKER, TASKS
 
 WORKER = Path(__file__).with_name("cpython_asyncio_worker.py")
 OUTCOMES = ("passed", "failed", "error", "skipped")
@@ -97,7 +102,7 @@ def run_module(name: str, args: argparse.Namespace, env: dict[str, str]) -> dict
             command = [
                 sys.executable,
                 str(WORKER),
-                *("--loop", args.loop, "--module", name),
+                *("--loop", args.loop, "--module", name, "--tasks", args.tasks),
                 *("--results", str(results), "--skip", str(skip)),
                 *("--test-timeout", str(args.test_timeout)),
             ]
@@ -195,10 +200,11 @@ def headline(detail: str) -> str:
     return lines[-1][:160]
 
 
-def print_summary(loop: str, modules: dict[str, dict[str, Any]], verbose: bool) -> None:
+def print_summary(loop: str, tasks: str, modules: dict[str, dict[str, Any]], verbose: bool) -> None:
     header = f"{'module':<22}{'run':>6}{'passed':>8}{'failed':>8}{'errors':>8}"
     header += f"{'skipped':>9}{'on loop':>9}{'secs':>7}"
-    print(f"CPython {platform.python_version()} test.test_asyncio on {loop}")
+    with_tasks = " with ferroloop.Task" if tasks == "native" else ""
+    print(f"CPython {platform.python_version()} test.test_asyncio on {loop}{with_tasks}")
     print(header)
     print("-" * len(header))
     for name, report in modules.items():
@@ -243,10 +249,12 @@ def same_series(version: str) -> bool:
     return version.split(".")[:2] == platform.python_version().split(".")[:2]
 
 
-def check_baseline(path: Path, loop: str, modules: dict[str, dict[str, Any]]) -> bool:
+def check_baseline(path: Path, loop: str, tasks: str, modules: dict[str, dict[str, Any]]) -> bool:
     baseline = json.loads(path.read_text(encoding="utf-8"))
     if baseline["loop"] != loop:
         sys.exit(f"{path} records a {baseline['loop']} run; this run is on {loop}")
+    if baseline.get("tasks", "asyncio") != tasks:
+        sys.exit(f"{path} records a run with {baseline.get('tasks', 'asyncio')} tasks, not {tasks}")
     if not same_series(baseline["python"]):
         sys.exit(
             f"{path} was recorded with CPython {baseline['python']}'s test suite; this is "
@@ -272,7 +280,7 @@ def check_baseline(path: Path, loop: str, modules: dict[str, dict[str, Any]]) ->
     return passed >= expected
 
 
-def record_baseline(path: Path, modules: dict[str, dict[str, Any]]) -> None:
+def record_baseline(path: Path, tasks: str, modules: dict[str, dict[str, Any]]) -> None:
     """Write the baseline; refuses to lower a baseline recorded on the same CPython."""
     passed = total_counts(modules)["passed"]
     if path.exists():
@@ -284,6 +292,7 @@ def record_baseline(path: Path, modules: dict[str, dict[str, Any]]) -> None:
             )
     baseline = {
         "loop": "ferroloop",
+        "tasks": tasks,
         "python": platform.python_version(),
         "passed": passed,
         "modules": {name: report["passed"] for name, report in modules.items()},
@@ -298,6 +307,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__.splitlines()[0], formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--loop", choices=LOOPS, default="ferroloop", help="loop under test")
+    parser.add_argument(
+        "--tasks",
+        choices=TASKS,
+        default="asyncio",
+        help="the Task class of the loops' tasks: asyncio's (default) or ferroloop.Task",
+    )
     parser.add_argument(
         "--module",
         action="append",
@@ -343,11 +358,11 @@ def worker_env(args: argparse.Namespace) -> dict[str, str]:
             "this interpreter has no test.test_asyncio (CPython's test suite); point "
             "--cpython-tests at the directory that holds its 'test' package"
         )
-    if args.loop != "asyncio":
+    for needed in {args.loop, "ferroloop" if args.tasks == "native" else "asyncio"} - {"asyncio"}:
         try:
-            importlib.import_module(args.loop)
+            importlib.import_module(needed)
         except ImportError as exc:
-            sys.exit(f"cannot import the loop under test: {exc}")
+            sys.exit(f"cannot import {needed}: {exc}")
     env.pop("PYTHONASYNCIODEBUG", None)  # the tests choose debug mode themselves
     return env
 
@@ -373,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         reports = dict(zip(names, pool.map(run, names), strict=True))
     modules = {name: reports[name] for name in sorted(names)}
 
-    print_summary(args.loop, modules, args.verbose)
+    print_summary(args.loop, args.tasks, modules, args.verbose)
     ok = True
     idle = [name for name, report in modules.items() if report["loops"] == 0]
     idle += idle_per_loop_classes(args.loop, modules)
@@ -383,17 +398,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         result = {
             "loop": args.loop,
+            "tasks": args.tasks,
             "python": platform.python_version(),
             "totals": total_counts(modules),
             "modules": modules,
         }
         args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    if args.check and not check_baseline(args.check, args.loop, modules):
+    if args.check and not check_baseline(args.check, args.loop, args.tasks, modules):
         ok = False
     if args.record:
         if not ok:
             sys.exit("not recording a baseline from a failed run")
-        record_baseline(args.record, modules)
+        record_baseline(args.record, args.tasks, modules)
     totals = total_counts(modules)
     # A plain closing line, as CI summaries read it (expected failures included: see EXCEPTIONS.md).
     print(

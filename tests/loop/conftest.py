@@ -1,10 +1,13 @@
-"""Socket fixtures for the sock_* tests; every socket is non-blocking and closed at teardown."""
+"""Fixtures of the loop tests: sockets for the sock_* tests (non-blocking, closed at teardown),
+and the Task class under test for the native Task tests."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import socket
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -71,3 +74,36 @@ def call_args() -> Callable[[str], str]:
 
     hidden = "debug" in inspect.signature(format_helpers._format_callback_source).parameters
     return lambda text: "()" if hidden else text
+
+
+def asyncio_task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task:
+    """A task factory that makes asyncio's own (C) Task, whatever the loop's default is."""
+    return asyncio.Task(coro, loop=loop, **kwargs)
+
+
+@pytest.fixture(params=["asyncio.Task", "ferroloop.Task"])
+def task_kind(request: pytest.FixtureRequest) -> str:
+    """Which Task class is under test: asyncio's (the oracle), then ferroloop's native one."""
+    return request.param
+
+
+@pytest.fixture
+def task_factory(task_kind: str) -> Callable[..., Any]:
+    """The task factory that makes tasks of ``task_kind``."""
+    if task_kind == "asyncio.Task":
+        return asyncio_task_factory
+    import ferroloop
+
+    return ferroloop.task_factory
+
+
+@pytest.fixture
+def Task(loop: asyncio.AbstractEventLoop, task_kind: str, task_factory: Callable[..., Any]) -> type:
+    """The Task class of ``task_kind``; its factory is installed on ``loop``, so the tasks that
+    ``run``, ``loop.create_task``, TaskGroup, gather, wait_for and anyio make are of it too."""
+    loop.set_task_factory(task_factory)
+    if task_kind == "asyncio.Task":
+        return asyncio.Task
+    import ferroloop
+
+    return ferroloop.Task
