@@ -143,10 +143,6 @@ def test_task_private_fields_of_a_fresh_task(loop, Task):
     loop.run_until_complete(task)
 
 
-@pytest.mark.native_task_xfail(
-    reason="ferroloop.Task's _source_traceback is None in debug mode too",
-    raises=AssertionError,
-)
 def test_debug_mode_records_where_the_task_was_created(loop, Task):
     loop.set_debug(True)
     task = Task(return_value(1), loop=loop)
@@ -357,12 +353,6 @@ def test_bare_yields_interleave_tasks_round_robin(loop, Task):
     assert order == ["a0", "b0", "a1", "b1", "a2", "b2"]
 
 
-@pytest.mark.native_task_xfail(
-    loop="ferroloop",
-    reason="on a ferroloop loop (any subclass of ferroloop.Loop) ferroloop.Task queues its "
-    "steps and done callbacks natively, past an overridden call_soon",
-    raises=AssertionError,
-)
 def test_steps_and_done_callbacks_go_through_an_overridden_call_soon(loop, Task):
     class Counting(type(loop)):
         def call_soon(self, callback, *args, context=None):
