@@ -171,15 +171,24 @@ impl Registry {
         let Some(current) = &self.current else {
             return self.enter.bind(py).call1((loop_, task)).map(drop);
         };
-        let current = current.bind(py);
-        if let Some(other) = current.get_item(loop_)? {
+        // SAFETY: we hold the GIL; the dict, key and value are live; the result is a borrowed
+        // reference to the value now in the dict (`task`, or the one already there), or NULL
+        // with an exception set.
+        let now =
+            unsafe { ffi::PyDict_SetDefault(current.as_ptr(), loop_.as_ptr(), task.as_ptr()) };
+        if now.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        if now != task.as_ptr() {
+            // SAFETY: `now` is a live value of the dict, borrowed; a new reference is taken.
+            let other = unsafe { Bound::from_borrowed_ptr(py, now) };
             return Err(PyRuntimeError::new_err(format!(
                 "Cannot enter into task {} while another task {} is being executed.",
                 task.repr()?,
                 other.repr()?
             )));
         }
-        current.set_item(loop_, task)
+        Ok(())
     }
 
     /// `_leave_task(loop, task)`.
@@ -188,17 +197,32 @@ impl Registry {
         let Some(current) = &self.current else {
             return self.leave.bind(py).call1((loop_, task)).map(drop);
         };
-        let current = current.bind(py);
-        let item = current.get_item(loop_)?;
-        if !item.as_ref().is_some_and(|i| i.is(task)) {
-            let item = item.unwrap_or_else(|| py.None().into_bound(py));
-            return Err(PyRuntimeError::new_err(format!(
-                "Leaving task {} does not match the current task {}.",
-                task.repr()?,
-                item.repr()?
-            )));
+        // SAFETY: we hold the GIL; the dict and key are live; the result is borrowed (or NULL,
+        // with an exception set only on an error) and compared at once.
+        let item = unsafe { ffi::PyDict_GetItemWithError(current.as_ptr(), loop_.as_ptr()) };
+        if item == task.as_ptr() {
+            // SAFETY: as above; the key is there, so this only removes it.
+            if unsafe { ffi::PyDict_DelItem(current.as_ptr(), loop_.as_ptr()) } < 0 {
+                return Err(PyErr::fetch(py));
+            }
+            return Ok(());
         }
-        current.del_item(loop_)
+        if item.is_null() {
+            if let Some(e) = PyErr::take(py) {
+                return Err(e);
+            }
+        }
+        let item = if item.is_null() {
+            py.None().into_bound(py)
+        } else {
+            // SAFETY: `item` is a live value of the dict, borrowed; a new reference is taken.
+            unsafe { Bound::from_borrowed_ptr(py, item) }
+        };
+        Err(PyRuntimeError::new_err(format!(
+            "Leaving task {} does not match the current task {}.",
+            task.repr()?,
+            item.repr()?
+        )))
     }
 }
 
