@@ -78,6 +78,8 @@ struct State {
     log_destroy_pending: bool,
     /// Where the task was made, in debug mode (`_source_traceback`).
     source_tb: Option<Py<PyAny>>,
+    /// The bound wake-up callable, cached while pending (`wakeup_fn`).
+    wakeup: Option<Py<PyAny>>,
     /// Set once `start` ran (registered, first step queued).
     started: bool,
     hook: Option<Py<Cycle>>,
@@ -101,6 +103,7 @@ impl Drop for State {
             self.cancelled_exc.take(),
             self.fut_waiter.take(),
             self.source_tb.take(),
+            self.wakeup.take(),
         ];
         for field in fields.into_iter().flatten() {
             drop(field.into_bound(py));
@@ -296,6 +299,67 @@ unsafe extern "C" fn task_wakeup_entry(
     })
 }
 
+/// asyncio's Future type (the C one) and three of its method descriptors: a task waits on such a
+/// future through them, called by vectorcall with the future as `self`, which skips the method
+/// lookup on the instance (about 100 instructions each). Only for an instance of exactly that
+/// type; any other future-like object goes through attribute lookup.
+struct FutureMethods {
+    ty: Py<PyAny>,
+    get_loop: Py<PyAny>,
+    add_done_callback: Py<PyAny>,
+    result: Py<PyAny>,
+}
+
+static FUTURE_METHODS: PyOnceLock<Option<FutureMethods>> = PyOnceLock::new();
+
+fn future_methods<'py>(py: Python<'py>, fut: &Bound<'py, PyAny>) -> Option<&'py FutureMethods> {
+    let methods = FUTURE_METHODS
+        .get_or_init(py, || {
+            let ty = crate::hooks::future_type(py).ok()?;
+            Some(FutureMethods {
+                ty: ty.clone().unbind(),
+                get_loop: ty.getattr("get_loop").ok()?.unbind(),
+                add_done_callback: ty.getattr("add_done_callback").ok()?.unbind(),
+                result: ty.getattr("result").ok()?.unbind(),
+            })
+        })
+        .as_ref()?;
+    fut.get_type().is(methods.ty.bind(py)).then_some(methods)
+}
+
+/// `method(*args)` by vectorcall (`args[0]` is the future, as `self`), with `kwnames` naming
+/// the last arguments.
+fn vectorcall<'py>(
+    method: &Bound<'py, PyAny>,
+    args: &[*mut ffi::PyObject],
+    kwnames: Option<&Bound<'py, PyTuple>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let nkw = kwnames.map_or(0, PyTupleMethods::len);
+    let kw = kwnames.map_or(std::ptr::null_mut(), Bound::as_ptr);
+    // SAFETY: we hold the GIL (`method` is bound); every pointer in `args` is a live object
+    // borrowed for the call; `nargs + len(kwnames) == args.len()`; a new reference or NULL
+    // with an exception set comes back.
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            method.py(),
+            ffi::PyObject_Vectorcall(method.as_ptr(), args.as_ptr(), args.len() - nkw, kw),
+        )
+    }
+}
+
+static CONTEXT_KWNAMES: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+
+/// `("context",)`, the keyword names of an `add_done_callback(fn, context=ctx)` vectorcall.
+fn context_kwnames(py: Python<'_>) -> &Bound<'_, PyTuple> {
+    CONTEXT_KWNAMES
+        .get_or_init(py, || {
+            PyTuple::new(py, ["context"])
+                .expect("a one-string tuple")
+                .unbind()
+        })
+        .bind(py)
+}
+
 /// What the C Task's `__init__` accepts: a coroutine (`asyncio.iscoroutine`).
 fn check_coroutine(coro: &Bound<'_, PyAny>) -> PyResult<()> {
     // Only the static type object's address is taken.
@@ -349,6 +413,7 @@ impl Task {
             callbacks: Vec::new(),
             log_destroy_pending: true,
             source_tb: None,
+            wakeup: None,
             started: false,
             hook,
         }
@@ -481,9 +546,20 @@ impl Task {
         unsafe { bound_builtin(slf.as_any(), &STEP) }
     }
 
+    /// The task's wake-up callable, made on its first wait and kept until it is done (it refers
+    /// back to the task: the cycle lasts only while the task is pending).
     fn wakeup_fn<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        if let Some(w) = &slf.get().st.borrow(py)?.wakeup {
+            return Ok(w.bind(py).clone());
+        }
         // SAFETY: `task_wakeup_entry` takes a Task as `self`.
-        unsafe { bound_builtin(slf.as_any(), &WAKEUP) }
+        let wakeup = unsafe { bound_builtin(slf.as_any(), &WAKEUP) }?;
+        let mut st = slf.get().st.borrow(py)?;
+        if st.phase == Phase::Pending {
+            st.wakeup = Some(wakeup.clone().unbind());
+        }
+        Ok(wakeup)
     }
 
     /// `task_wakeup`: the awaited future is done; its result decides between send and throw.
@@ -491,6 +567,8 @@ impl Task {
         let py = slf.py();
         let exc = if let Ok(other) = fut.cast::<Task>() {
             other.get().result_impl(py).err()
+        } else if let Some(m) = future_methods(py, fut) {
+            vectorcall(m.result.bind(py), &[fut.as_ptr()], None).err()
         } else {
             fut.call_method0(intern!(py, "result")).err()
         };
@@ -671,7 +749,12 @@ impl Task {
         };
         if let Some(blocking) = blocking.filter(|b| !b.is_none()) {
             let blocking = blocking.is_truthy()?;
-            let fut_loop = match result.call_method0(intern!(py, "get_loop")) {
+            let c_future = future_methods(py, &result);
+            let got_loop = match c_future {
+                Some(m) => vectorcall(m.get_loop.bind(py), &[result.as_ptr()], None),
+                None => result.call_method0(intern!(py, "get_loop")),
+            };
+            let fut_loop = match got_loop {
                 Ok(l) => l,
                 Err(e) if e.is_instance_of::<PyAttributeError>(py) => {
                     result.getattr(intern!(py, "_loop"))?
@@ -686,9 +769,32 @@ impl Task {
             }
             result.setattr(intern!(py, "_asyncio_future_blocking"), false)?;
             let wakeup = Self::wakeup_fn(slf)?;
-            let kwargs = PyDict::new(py);
-            kwargs.set_item(intern!(py, "context"), this.context_of(py)?)?;
-            result.call_method(intern!(py, "add_done_callback"), (wakeup,), Some(&kwargs))?;
+            let context = this.context_of(py)?;
+            // `result.add_done_callback(wakeup, context=context)`, by vectorcall: no keyword
+            // dict built and unpacked.
+            let args = [result.as_ptr(), wakeup.as_ptr(), context.as_ptr()];
+            let added = match c_future {
+                Some(m) => vectorcall(
+                    m.add_done_callback.bind(py),
+                    &args,
+                    Some(context_kwnames(py)),
+                ),
+                // SAFETY: we hold the GIL; the three arguments are live for the call (`self`
+                // first, one positional, then the value of the one keyword in `kwnames`); a
+                // new reference or NULL with an exception set comes back.
+                None => unsafe {
+                    Bound::from_owned_ptr_or_err(
+                        py,
+                        ffi::PyObject_VectorcallMethod(
+                            intern!(py, "add_done_callback").as_ptr(),
+                            args.as_ptr(),
+                            2,
+                            context_kwnames(py).as_ptr(),
+                        ),
+                    )
+                },
+            };
+            drop(added?);
             return Self::waiting_on(slf, result);
         }
         if result.is_instance(registry(py)?.generator.bind(py))? {
@@ -800,9 +906,14 @@ impl Task {
     }
 
     /// Every done callback goes to `loop.call_soon(callback, task, context=...)`, in order.
+    /// Called once, when the task is done: the cached wake-up is released too.
     fn schedule_callbacks(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
-        let callbacks = std::mem::take(&mut slf.get().st.borrow(py)?.callbacks);
+        let (callbacks, wakeup) = {
+            let mut st = slf.get().st.borrow(py)?;
+            (std::mem::take(&mut st.callbacks), st.wakeup.take())
+        };
+        drop(wakeup);
         if callbacks.is_empty() {
             return Ok(());
         }
@@ -1405,6 +1516,7 @@ impl Task {
         visit.call(&st.cancelled_exc)?;
         visit.call(&st.fut_waiter)?;
         visit.call(&st.source_tb)?;
+        visit.call(&st.wakeup)?;
         visit.call(&st.hook)?;
         for (cb, ctx) in &st.callbacks {
             visit.call(cb)?;
@@ -1424,6 +1536,7 @@ impl Task {
                 st.exception_tb.take(),
                 st.fut_waiter.take(),
                 st.hook.take(),
+                st.wakeup.take(),
                 std::mem::take(&mut st.callbacks),
             )
         });
