@@ -314,10 +314,11 @@ pub(crate) enum Ready {
         arg: Option<Py<PyAny>>,
         context: Py<PyAny>,
     },
-    /// A `ferroloop.Task`'s step (`task.rs`), run in the task's context.
+    /// A `ferroloop.Task`'s step (`task.rs`), run in the task's context; `throw` is the
+    /// exception to throw into its coroutine, if any.
     Task {
         task: Py<crate::task::Task>,
-        arg: Option<crate::task::StepArg>,
+        throw: Option<Py<PyAny>>,
     },
 }
 
@@ -372,10 +373,10 @@ impl Ready {
     pub(crate) fn run_task(
         loop_: &Bound<'_, PyAny>,
         task: &Bound<'_, crate::task::Task>,
-        arg: Option<crate::task::StepArg>,
+        throw: Option<Py<PyAny>>,
     ) -> PyResult<()> {
         let py = loop_.py();
-        let Err(e) = crate::task::Task::run_queued(task, arg) else {
+        let Err(e) = crate::task::Task::run_queued(task, throw) else {
             return Ok(());
         };
         if e.is_instance_of::<PyKeyboardInterrupt>(py) || e.is_instance_of::<PySystemExit>(py) {
@@ -405,12 +406,9 @@ impl Ready {
                 visit.call(arg)?;
                 visit.call(context)
             }
-            Self::Task { task, arg } => {
+            Self::Task { task, throw } => {
                 visit.call(task)?;
-                match arg {
-                    Some(crate::task::StepArg::Throw(e)) => visit.call(e),
-                    None => Ok(()),
-                }
+                visit.call(throw)
             }
         }
     }

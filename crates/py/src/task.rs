@@ -118,12 +118,6 @@ impl Drop for State {
     }
 }
 
-/// What a queued step does besides sending `None` into the coroutine.
-pub(crate) enum StepArg {
-    /// Throw this exception into the coroutine.
-    Throw(Py<PyAny>),
-}
-
 #[pyclass(module = "ferroloop._native", name = "Task", frozen, weakref, dict)]
 pub struct Task {
     /// The loop's native core when the loop is a ferroloop loop (`Ready::Task` entries).
@@ -360,6 +354,54 @@ fn context_kwnames(py: Python<'_>) -> &Bound<'_, PyTuple> {
         .bind(py)
 }
 
+/// The task's context: the one given, or a copy of the current one (as asyncio's `context=None`).
+fn context_arg<'py>(
+    py: Python<'py>,
+    context: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    match context.filter(|c| !c.is_none()) {
+        Some(c) => Ok(c),
+        None => Ok(crate::event_loop::current_context(py)?.into_bound(py)),
+    }
+}
+
+/// A task name as the C Task keeps it: a `str` as is, anything else through `str()`.
+fn name_arg(name: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    if name.is_exact_instance_of::<PyString>() {
+        return Ok(name.clone().unbind());
+    }
+    Ok(name.str()?.into_any().unbind())
+}
+
+/// `obj.<name>(arg, context=context)` by vectorcall, with no keyword dict built (`call_soon` of
+/// a loop that is not ferroloop's own, `add_done_callback` of a future-like object).
+fn call_with_context<'py>(
+    obj: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+    args: &[&Bound<'py, PyAny>],
+    context: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let mut all = Vec::with_capacity(args.len() + 2);
+    all.push(obj.as_ptr());
+    all.extend(args.iter().map(|a| a.as_ptr()));
+    all.push(context.as_ptr());
+    // SAFETY: we hold the GIL; every pointer is a live object borrowed for the call: `self`,
+    // the positional arguments, then the value of the one keyword in `kwnames`; a new
+    // reference or NULL with an exception set comes back.
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            ffi::PyObject_VectorcallMethod(
+                name.as_ptr(),
+                all.as_ptr(),
+                all.len() - 1,
+                context_kwnames(py).as_ptr(),
+            ),
+        )
+    }
+}
+
 /// What the C Task's `__init__` accepts: a coroutine (`asyncio.iscoroutine`).
 fn check_coroutine(coro: &Bound<'_, PyAny>) -> PyResult<()> {
     // Only the static type object's address is taken.
@@ -431,17 +473,11 @@ impl Task {
     ) -> PyResult<Bound<'py, Task>> {
         let py = loop_core.py();
         check_coroutine(coro)?;
-        let context = match context.filter(|c| !c.is_none()) {
-            Some(c) => c,
-            // SAFETY: we hold the GIL; PyContext_CopyCurrent returns a new reference or NULL
-            // with an exception set.
-            None => unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_CopyCurrent()) }?,
-        };
-        let name = match name.filter(|n| !n.is_none()) {
-            Some(n) if n.is_exact_instance_of::<PyString>() => Some(n.unbind()),
-            Some(n) => Some(n.str()?.into_any().unbind()),
-            None => None,
-        };
+        let context = context_arg(py, context)?;
+        let name = name
+            .filter(|n| !n.is_none())
+            .map(|n| name_arg(&n))
+            .transpose()?;
         let task = Bound::new(
             py,
             Task {
@@ -502,28 +538,25 @@ impl Task {
         if let Some(core) = &slf.get().core {
             let core = core.bind(py);
             if crate::cached_method::own_call_soon(core.as_any()) {
-                let arg = exc.as_ref().map(|e| StepArg::Throw(e.clone().unbind()));
-                if LoopCore::push_task_step(core, slf, arg)? {
+                let throw = exc.as_ref().map(|e| e.clone().unbind());
+                if LoopCore::push_task_step(core, slf, throw)? {
                     return Ok(());
                 }
             }
         }
         let loop_ = slf.get().loop_of(py)?;
         let context = slf.get().context_of(py)?;
-        // SAFETY: `task_step_entry` takes a Task as `self`.
-        let step = unsafe { bound_builtin(slf.as_any(), &STEP) }?;
-        let kwargs = PyDict::new(py);
-        kwargs.set_item(intern!(py, "context"), context)?;
-        let args = match exc {
-            None => PyTuple::new(py, [step])?,
-            Some(e) => PyTuple::new(py, [step, e])?,
+        let step = Self::step_callable(slf)?;
+        let call_soon = intern!(py, "call_soon");
+        match &exc {
+            None => call_with_context(&loop_, call_soon, &[&step], &context)?,
+            Some(e) => call_with_context(&loop_, call_soon, &[&step, e], &context)?,
         };
-        loop_.call_method(intern!(py, "call_soon"), args, Some(&kwargs))?;
         Ok(())
     }
 
     /// Runs a `Ready::Task` entry: the step, in the task's context.
-    pub(crate) fn run_queued(slf: &Bound<'_, Self>, arg: Option<StepArg>) -> PyResult<()> {
+    pub(crate) fn run_queued(slf: &Bound<'_, Self>, throw: Option<Py<PyAny>>) -> PyResult<()> {
         let py = slf.py();
         let context = slf.get().context_of(py)?;
         let ctx = context.as_ptr();
@@ -532,15 +565,15 @@ impl Task {
         if unsafe { ffi::PyContext_Enter(ctx) } < 0 {
             return Err(PyErr::fetch(py));
         }
-        let exc = arg.map(|StepArg::Throw(e)| e.into_bound(py));
-        let r = Self::step(slf, exc);
+        let r = Self::step(slf, throw.map(|e| e.into_bound(py)));
         // SAFETY: entered just above on this thread, with the GIL still held: it is the current
         // context, so exiting cannot fail.
         unsafe { ffi::PyContext_Exit(ctx) };
         r
     }
 
-    /// The callable `run_queued`'s failures are reported under (cold path).
+    /// The task's step as a callable: what a loop's `call_soon` is given, and what
+    /// `run_queued`'s failures are reported under (cold paths).
     pub(crate) fn step_callable<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         // SAFETY: `task_step_entry` takes a Task as `self`.
         unsafe { bound_builtin(slf.as_any(), &STEP) }
@@ -585,23 +618,25 @@ impl Task {
         let left = reg.leave(&loop_, slf);
         // The step's own error wins over the leave's.
         let r = r.and(left);
-        let hook = {
+        let finished = {
             let mut st = slf.get().st.borrow(py)?;
-            if st.phase == Phase::Pending {
-                None
-            } else {
-                st.hook.take()
+            match st.hook.take() {
+                Some(hook) if st.phase != Phase::Pending => {
+                    // The hook reads the exception: it counts as retrieved.
+                    st.log_tb = false;
+                    Some((
+                        hook,
+                        st.exception.as_ref().map(|e| e.clone_ref(py)),
+                        st.phase == Phase::Cancelled,
+                    ))
+                }
+                hook => {
+                    st.hook = hook;
+                    None
+                }
             }
         };
-        if let Some(hook) = hook {
-            let (exc, cancelled) = {
-                let mut st = slf.get().st.borrow(py)?;
-                st.log_tb = false;
-                (
-                    st.exception.as_ref().map(|e| e.clone_ref(py)),
-                    st.phase == Phase::Cancelled,
-                )
-            };
+        if let Some((hook, exc, cancelled)) = finished {
             let done = hook.bind(py).get().task_finished(
                 py,
                 slf.as_any(),
@@ -772,27 +807,18 @@ impl Task {
             let context = this.context_of(py)?;
             // `result.add_done_callback(wakeup, context=context)`, by vectorcall: no keyword
             // dict built and unpacked.
-            let args = [result.as_ptr(), wakeup.as_ptr(), context.as_ptr()];
             let added = match c_future {
                 Some(m) => vectorcall(
                     m.add_done_callback.bind(py),
-                    &args,
+                    &[result.as_ptr(), wakeup.as_ptr(), context.as_ptr()],
                     Some(context_kwnames(py)),
                 ),
-                // SAFETY: we hold the GIL; the three arguments are live for the call (`self`
-                // first, one positional, then the value of the one keyword in `kwnames`); a
-                // new reference or NULL with an exception set comes back.
-                None => unsafe {
-                    Bound::from_owned_ptr_or_err(
-                        py,
-                        ffi::PyObject_VectorcallMethod(
-                            intern!(py, "add_done_callback").as_ptr(),
-                            args.as_ptr(),
-                            2,
-                            context_kwnames(py).as_ptr(),
-                        ),
-                    )
-                },
+                None => call_with_context(
+                    &result,
+                    intern!(py, "add_done_callback"),
+                    &[&wakeup],
+                    &context,
+                ),
             };
             drop(added?);
             return Self::waiting_on(slf, result);
@@ -936,20 +962,13 @@ impl Task {
         context: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let py = slf.py();
-        let context = match context.filter(|c| !c.is_none()) {
-            Some(c) => c,
-            // SAFETY: we hold the GIL; PyContext_CopyCurrent returns a new reference or NULL
-            // with an exception set.
-            None => unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_CopyCurrent()) }?,
-        };
-        let pending = slf.get().st.borrow(py)?.phase == Phase::Pending;
-        if pending {
-            slf.get()
-                .st
-                .borrow(py)?
-                .callbacks
-                .push((callback.unbind(), context.unbind()));
-            return Ok(());
+        let context = context_arg(py, context)?;
+        {
+            let mut st = slf.get().st.borrow(py)?;
+            if st.phase == Phase::Pending {
+                st.callbacks.push((callback.unbind(), context.unbind()));
+                return Ok(());
+            }
         }
         let loop_ = slf.get().loop_of(py)?;
         call_soon(
@@ -1045,9 +1064,7 @@ fn call_soon(
         )?;
         return Ok(());
     }
-    let kwargs = PyDict::new(py);
-    kwargs.set_item(intern!(py, "context"), context)?;
-    loop_.call_method(intern!(py, "call_soon"), (callback, arg), Some(&kwargs))?;
+    call_with_context(loop_, intern!(py, "call_soon"), &[callback, arg], context)?;
     Ok(())
 }
 
@@ -1131,17 +1148,8 @@ impl Task {
                 .import("asyncio.events")?
                 .call_method0(intern!(py, "get_event_loop"))?,
         };
-        let context = match context.filter(|c| !c.is_none()) {
-            Some(c) => c.clone(),
-            // SAFETY: we hold the GIL; PyContext_CopyCurrent returns a new reference or NULL
-            // with an exception set.
-            None => unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_CopyCurrent()) }?,
-        };
-        let name = match name.filter(|n| !n.is_none()) {
-            Some(n) if n.is_exact_instance_of::<PyString>() => Some(n.clone().unbind()),
-            Some(n) => Some(n.str()?.into_any().unbind()),
-            None => None,
-        };
+        let context = context_arg(py, context.cloned())?;
+        let name = name.filter(|n| !n.is_none()).map(name_arg).transpose()?;
         // In debug mode, where it was made (the frames of the Python code that called us), as
         // asyncio's Future records it.
         let source_tb = if loop_.call_method0(intern!(py, "get_debug"))?.is_truthy()? {
@@ -1283,12 +1291,8 @@ impl Task {
     }
 
     fn set_name(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let name = if value.is_exact_instance_of::<PyString>() {
-            value.clone()
-        } else {
-            value.str()?.into_any()
-        };
-        let old = self.st.borrow(py)?.name.replace(name.unbind());
+        let name = name_arg(value)?;
+        let old = self.st.borrow(py)?.name.replace(name);
         drop(old);
         Ok(())
     }

@@ -161,7 +161,9 @@ impl LoopCore {
                 arg.map(|a| a.into_bound(py)).as_ref(),
                 &context.into_bound(py),
             ),
-            Ready::Task { task, arg } => Ready::run_task(slf.as_any(), &task.into_bound(py), arg),
+            Ready::Task { task, throw } => {
+                Ready::run_task(slf.as_any(), &task.into_bound(py), throw)
+            }
         }
     }
 

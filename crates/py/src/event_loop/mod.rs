@@ -156,7 +156,7 @@ fn current_thread_ident() -> u64 {
 }
 
 /// A copy of the current context (what asyncio does when `context=None`).
-fn current_context(py: Python<'_>) -> PyResult<Py<PyAny>> {
+pub(crate) fn current_context(py: Python<'_>) -> PyResult<Py<PyAny>> {
     // SAFETY: we hold the GIL; PyContext_CopyCurrent returns a new reference or NULL with an
     // exception set, which `from_owned_ptr_or_err` turns into `Err`.
     unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_CopyCurrent()) }.map(Bound::unbind)
@@ -401,12 +401,11 @@ impl LoopCore {
             }
             Ok(())
         };
-        // Some(native): no factory, or `ferroloop.task_factory`; None: another factory.
-        let native = match &*this.task_factory.borrow(py)? {
-            None => Some(native_default),
-            Some(f) => crate::hooks::is_native_task_factory(f.bind(py)).then_some(true),
+        let (factory_set, native) = match &*this.task_factory.borrow(py)? {
+            None => (false, native_default),
+            Some(f) => (true, crate::hooks::is_native_task_factory(f.bind(py))),
         };
-        if native == Some(true) && !this.flags.debug() {
+        if native && !this.flags.debug() {
             // A `ferroloop.Task`, made without Python calls.
             if this.flags.closed() {
                 return Err(closed_error());
@@ -414,7 +413,6 @@ impl LoopCore {
             let task = crate::task::Task::create(slf, coro, name.cloned(), context.cloned(), None)?;
             return Ok(task.into_any().unbind());
         }
-        let factory_set = this.task_factory.borrow(py)?.is_some();
         if this.flags.debug() || factory_set {
             let kwargs = PyDict::new(py);
             with_options(&kwargs)?;
@@ -457,7 +455,7 @@ impl LoopCore {
     pub(crate) fn push_task_step(
         slf: &Bound<'_, Self>,
         task: &Bound<'_, crate::task::Task>,
-        arg: Option<crate::task::StepArg>,
+        throw: Option<Py<PyAny>>,
     ) -> PyResult<bool> {
         let py = slf.py();
         let this = slf.get();
@@ -471,7 +469,7 @@ impl LoopCore {
         this.drain_injector(py)?;
         this.state.borrow(py)?.ready.push(Ready::Task {
             task: task.clone().unbind(),
-            arg,
+            throw,
         });
         Ok(true)
     }
