@@ -89,3 +89,37 @@ def test_app_task_option_picks_the_task_type(serve, connect, args, task_type):
         info = _task_info(connection.request("GET", f"/task-info?value={value}"))
         _check_fresh_task(info, value)
         assert info["first"]["task_type"] == task_type
+
+
+@pytest.mark.ferroloop_only(
+    reason="how ferroloop orders the work of many ready requests; uvicorn creates every "
+    "request's task as its bytes are parsed"
+)
+def test_a_burst_of_ready_requests_does_not_wake_the_collector(
+    spawn_server, connect, request_bytes, tmp_path, wait_until
+):
+    """400 requests found ready in one loop iteration are each started just before their app
+    runs, so a request that finishes at once frees its scope, task and coroutine before the next
+    one is built. If all 400 were built first, several thousand new container objects would be
+    alive together and the collector's young generation (threshold 700) would run several times.
+    """
+    server = spawn_server("raw_asgi:app", env={"FERROLOOP_TEST_MARKER_DIR": str(tmp_path)})
+    connections = [connect(server) for _ in range(400)]
+    for connection in connections:  # every connection accepted and idle
+        assert connection.request("GET", "/hello").status == 200
+    control = connect(server)
+    before = _task_info(control.request("GET", "/gc-counts"))
+
+    release = tmp_path / "release"
+    blocker = connect(server)
+    blocker.send(request_bytes("GET", f"/block?release={release}"))
+    wait_until((tmp_path / "blocking").exists, "the app that blocks the loop")
+    for connection in connections:
+        connection.send(request_bytes("GET", "/hello"))
+    release.write_text("go")
+    assert blocker.read_response().body == b"unblocked"
+    for connection in connections:
+        assert connection.read_response().body == b"hello, world"
+
+    after = _task_info(control.request("GET", "/gc-counts"))
+    assert after[0] - before[0] <= 1, (before, after)

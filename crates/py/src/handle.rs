@@ -320,6 +320,13 @@ pub(crate) enum Ready {
         task: Py<crate::task::Task>,
         throw: Option<Py<PyAny>>,
     },
+    /// Native work on a Python object, run as `run(target)` without a context of its own: the
+    /// server's deferred start of a request (`server/conn.rs`). Failures are reported as a
+    /// Rust-handed task's are.
+    Call {
+        target: Py<PyAny>,
+        run: fn(&Bound<'_, PyAny>) -> PyResult<()>,
+    },
 }
 
 impl From<Py<Handle>> for Ready {
@@ -410,6 +417,7 @@ impl Ready {
                 visit.call(task)?;
                 visit.call(throw)
             }
+            Self::Call { target, .. } => visit.call(target),
         }
     }
 }

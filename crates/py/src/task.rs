@@ -464,12 +464,15 @@ impl Task {
     /// Creates, registers and schedules a task on the ferroloop loop `loop_core`, as
     /// `ferroloop.Task(coro, loop=..., name=..., context=...)` does but without parsing
     /// arguments; `hook` (the server's request cycle) is told when it is done.
+    ///
+    /// `start: false` leaves it unstarted, for `run_first_step`.
     pub(crate) fn create<'py>(
         loop_core: &Bound<'py, LoopCore>,
         coro: &Bound<'py, PyAny>,
         name: Option<Bound<'py, PyAny>>,
         context: Option<Bound<'py, PyAny>>,
         hook: Option<Py<Cycle>>,
+        start: bool,
     ) -> PyResult<Bound<'py, Task>> {
         let py = loop_core.py();
         check_coroutine(coro)?;
@@ -491,8 +494,28 @@ impl Task {
                 )),
             },
         )?;
-        Self::start(&task)?;
+        if start {
+            Self::start(&task)?;
+        }
         Ok(task)
+    }
+
+    /// Starts a task made by `create(..., start: false)`: registers it and runs its first step
+    /// now, as the ready queue would run it. The caller is itself a ready-queue entry, outside
+    /// any task. A failing step is reported to the loop's exception handler; only
+    /// KeyboardInterrupt and SystemExit come back as `Err`.
+    pub(crate) fn run_first_step(
+        slf: &Bound<'_, Self>,
+        loop_core: &Bound<'_, LoopCore>,
+    ) -> PyResult<()> {
+        {
+            let mut st = slf.get().st.borrow(slf.py())?;
+            if std::mem::replace(&mut st.started, true) {
+                return Ok(());
+            }
+        }
+        Self::register(slf)?;
+        crate::handle::Ready::run_task(loop_core.as_any(), slf, None)
     }
 
     /// Registers the task (`asyncio.all_tasks()`) and queues its first step.
@@ -505,8 +528,13 @@ impl Task {
             }
         }
         Self::schedule(slf, None)?;
+        Self::register(slf)
+    }
+
+    /// Adds the task to asyncio's registry (`asyncio.all_tasks()`).
+    fn register(slf: &Bound<'_, Self>) -> PyResult<()> {
         if !crate::task_registry::register(slf.as_any())? {
-            registry(py)?.register.bind(py).call1((slf,))?;
+            registry(slf.py())?.register.bind(slf.py()).call1((slf,))?;
         }
         Ok(())
     }

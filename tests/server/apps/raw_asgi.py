@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import hashlib
 import json
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -304,6 +306,24 @@ async def slow(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"finished\n"})
 
 
+async def block(scope: Any, receive: Any, send: Any) -> None:
+    """Block the whole loop (a synchronous wait, as a blocking app does) until the file
+    ``release`` exists; meanwhile requests pile up in the sockets, and the loop then finds
+    them all ready at once."""
+    release_file = Path(_query(scope)["release"])
+    _marker("blocking")
+    for _ in range(3000):
+        if release_file.exists():
+            break
+        time.sleep(0.01)
+    await _respond(send, b"unblocked")
+
+
+async def gc_counts(scope: Any, receive: Any, send: Any) -> None:
+    """How many collections each generation of the cyclic garbage collector has run."""
+    await _json(send, [generation["collections"] for generation in gc.get_stats()])
+
+
 async def pid(scope: Any, receive: Any, send: Any) -> None:
     await _json(send, {"pid": os.getpid(), "ppid": os.getppid()})
 
@@ -464,6 +484,8 @@ ROUTES = {
     "/release": release,
     "/slow": slow,
     "/pid": pid,
+    "/block": block,
+    "/gc-counts": gc_counts,
     "/pathsend": pathsend,
     "/declared-length": declared_length,
     "/zerocopysend": zerocopysend,

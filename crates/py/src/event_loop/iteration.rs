@@ -164,6 +164,15 @@ impl LoopCore {
             Ready::Task { task, throw } => {
                 Ready::run_task(slf.as_any(), &task.into_bound(py), throw)
             }
+            Ready::Call { target, run } => {
+                let target = target.into_bound(py);
+                match run(&target) {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        crate::handle::report_failure(&target, &slf.clone().into_any().unbind(), e)
+                    }
+                }
+            }
         }
     }
 

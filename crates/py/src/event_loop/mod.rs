@@ -410,7 +410,8 @@ impl LoopCore {
             if this.flags.closed() {
                 return Err(closed_error());
             }
-            let task = crate::task::Task::create(slf, coro, name.cloned(), context.cloned(), None)?;
+            let task =
+                crate::task::Task::create(slf, coro, name.cloned(), context.cloned(), None, true)?;
             return Ok(task.into_any().unbind());
         }
         if this.flags.debug() || factory_set {
@@ -457,6 +458,27 @@ impl LoopCore {
         task: &Bound<'_, crate::task::Task>,
         throw: Option<Py<PyAny>>,
     ) -> PyResult<bool> {
+        Self::push_native(slf, || Ready::Task {
+            task: task.clone().unbind(),
+            throw,
+        })
+    }
+
+    /// Queues native work (`Ready::Call`). `Ok(false)` in debug mode, where the caller runs it
+    /// now instead (work queued this way has no handle to time or to report under).
+    pub(crate) fn push_call(
+        slf: &Bound<'_, Self>,
+        target: &Bound<'_, PyAny>,
+        run: fn(&Bound<'_, PyAny>) -> PyResult<()>,
+    ) -> PyResult<bool> {
+        Self::push_native(slf, || Ready::Call {
+            target: target.clone().unbind(),
+            run,
+        })
+    }
+
+    /// Queues an entry made without a `Handle`, unless the loop is in debug mode (`Ok(false)`).
+    fn push_native(slf: &Bound<'_, Self>, entry: impl FnOnce() -> Ready) -> PyResult<bool> {
         let py = slf.py();
         let this = slf.get();
         if this.flags.closed() {
@@ -467,10 +489,7 @@ impl LoopCore {
         }
         // Handles other threads queued earlier go first, as in `call_soon`.
         this.drain_injector(py)?;
-        this.state.borrow(py)?.ready.push(Ready::Task {
-            task: task.clone().unbind(),
-            throw,
-        });
+        this.state.borrow(py)?.ready.push(entry());
         Ok(true)
     }
 

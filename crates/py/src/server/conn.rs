@@ -85,7 +85,9 @@ pub(super) struct Request {
     pub(super) body_bytes: u64,
     /// The app has been given the last `http.request` message.
     pub(super) body_delivered: bool,
-    pub(super) facts: RequestFacts,
+    /// Filled when the app starts (`start_pending`); `None` while the request waits for its
+    /// start entry, its head still in the read buffer at `rpos`.
+    pub(super) facts: Option<RequestFacts>,
     pub(super) resp: Response,
     pub(super) receive_waiter: Option<Py<PyAny>>,
     pub(super) drain_waiter: Option<Py<PyAny>>,
@@ -299,34 +301,98 @@ impl Conn {
         let start = {
             let mut st = this.state.borrow(py)?;
             match st.phase {
-                Phase::Idle => Self::idle_step(py, this, server, &mut st, &mut fx)?,
+                Phase::Idle => Self::idle_step(py, server, &mut st, &mut fx),
                 Phase::Busy => {
                     Self::busy_step(py, server, &mut st, &mut fx)?;
-                    None
+                    false
                 }
-                _ => None,
+                _ => false,
             }
         };
         Self::apply(slf, fx)?;
-        if let Some((scope, seq, forwarded)) = start {
-            Self::start_app(slf, &scope, seq, forwarded)?;
+        if start {
+            // With native app tasks the app starts from its own ready-queue entry: every
+            // request read in this iteration is parsed first, then each app runs in turn with
+            // its scope, task and coroutine made just before its first step (see
+            // `start_pending`). Otherwise (a task factory, asyncio's Task, debug mode) it
+            // starts now, and its task queues its first step.
+            let core = server.loop_core().bind(py);
+            let deferred = server.native_tasks(core)?
+                && LoopCore::push_call(core, slf.as_any(), Self::start_entry)?;
+            if deferred {
+                server.start_queued(py, true)?;
+            } else {
+                Self::start_pending(slf, false)?;
+            }
         }
         Ok(())
     }
 
-    /// `Idle`: parse a head; on success the request becomes current and its scope is returned.
-    fn idle_step<'py>(
-        py: Python<'py>,
-        this: &Conn,
+    /// The `Ready::Call` entry queued by `advance`.
+    fn start_entry(target: &Bound<'_, PyAny>) -> PyResult<()> {
+        let conn = target.cast::<Conn>()?;
+        let py = target.py();
+        conn.get().server.bind(py).get().start_queued(py, false)?;
+        Self::start_pending(conn, true)
+    }
+
+    /// Builds the scope of the request whose head `idle_step` parsed and starts its app;
+    /// `run_now`: the app's task runs its first step before this returns. Nothing happens if
+    /// the connection closed meanwhile (an abort).
+    fn start_pending(slf: &Bound<'_, Self>, run_now: bool) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let server = this.server.bind(py).get();
+        let (scope, seq, forwarded) = {
+            let mut st = this.state.borrow(py)?;
+            let waiting =
+                st.phase == Phase::Busy && st.req.as_ref().is_some_and(|r| r.facts.is_none());
+            if !waiting {
+                return Ok(());
+            }
+            let built = scope::build_scope(
+                py,
+                server.base(),
+                &st.rbuf[st.rpos..],
+                &st.head,
+                &this.client,
+            );
+            let (scope, mut facts) = match built {
+                Ok(b) => b,
+                Err(e) => {
+                    // As if the app had failed at once: a 500, and the traceback in the log.
+                    st.rpos += st.head.head_len;
+                    let seq = st.req.as_ref().map_or(0, |r| r.seq);
+                    drop(st);
+                    let exc = e.into_value(py).into_any();
+                    return Self::app_finished(slf, seq, Some(exc.bind(py)), false);
+                }
+            };
+            if server.access_log().is_some() {
+                facts.scope = Some(scope.clone().unbind());
+            }
+            let forwarded = facts.forwarded;
+            st.rpos += st.head.head_len;
+            let req = st.req.as_mut().expect("checked above");
+            req.facts = Some(facts);
+            (scope, req.seq, forwarded)
+        };
+        Self::start_app(slf, &scope, seq, forwarded, run_now)
+    }
+
+    /// `Idle`: parse a head; on success the request becomes current and `true` is returned: its
+    /// app is to be started (`start_pending`), the head left in the buffer until then.
+    fn idle_step(
+        py: Python<'_>,
         server: &HttpServer,
         st: &mut ConnState,
         fx: &mut Effects,
-    ) -> PyResult<Option<(Bound<'py, PyDict>, u64, bool)>> {
+    ) -> bool {
         if st.rpos == st.rbuf.len() {
             if st.eof {
                 fx.close = true;
             }
-            return Ok(None);
+            return false;
         }
         let ConnState {
             rbuf, rpos, head, ..
@@ -340,11 +406,11 @@ impl Conn {
                     st.header_clock = true;
                     st.deadline = clock::monotonic() + server.opts().timeout_header;
                 }
-                Ok(None)
+                false
             }
             Err(e) => {
                 Self::reject(py, server, st, fx, &e);
-                Ok(None)
+                false
             }
             Ok(true) => {
                 if let (Some(limit), BodyKind::Length(n)) = (server.opts().limit_body, st.head.body)
@@ -355,7 +421,7 @@ impl Conn {
                             reason: "request body larger than the limit; raise --limit-body",
                         };
                         Self::reject(py, server, st, fx, &e);
-                        return Ok(None);
+                        return false;
                     }
                 }
                 if server.over_capacity(py) {
@@ -364,17 +430,7 @@ impl Conn {
                         reason: "Service Unavailable",
                     };
                     Self::reject(py, server, st, fx, &e);
-                    return Ok(None);
-                }
-                let (scope, mut facts) = scope::build_scope(
-                    py,
-                    server.base(),
-                    &st.rbuf[st.rpos..],
-                    &st.head,
-                    &this.client,
-                )?;
-                if server.access_log().is_some() {
-                    facts.scope = Some(scope.clone().unbind());
+                    return false;
                 }
                 let head = &st.head;
                 let is_head = st.rbuf[st.rpos..][head.method.clone()] == *b"HEAD";
@@ -383,7 +439,6 @@ impl Conn {
                     is_head,
                     keep_alive: head.keep_alive,
                 };
-                st.rpos += head.head_len;
                 st.seq += 1;
                 st.req = Some(Request {
                     seq: st.seq,
@@ -392,7 +447,7 @@ impl Conn {
                     decoder: BodyDecoder::new(head.body),
                     body_bytes: 0,
                     body_delivered: false,
-                    facts,
+                    facts: None,
                     resp: Response::default(),
                     receive_waiter: None,
                     drain_waiter: None,
@@ -400,8 +455,7 @@ impl Conn {
                 st.phase = Phase::Busy;
                 st.deadline = f64::INFINITY;
                 st.header_clock = false;
-                let forwarded = st.req.as_ref().is_some_and(|r| r.facts.forwarded);
-                Ok(Some((scope, st.seq, forwarded)))
+                true
             }
         }
     }
@@ -452,11 +506,13 @@ impl Conn {
     }
 
     /// `forwarded`: the request carries proxy headers (see `HttpServer::app_for`).
+    /// `run_now`: a native task runs its first step before this returns (see `start_pending`).
     fn start_app(
         slf: &Bound<'_, Self>,
         scope: &Bound<'_, PyDict>,
         seq: u64,
         forwarded: bool,
+        run_now: bool,
     ) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
@@ -471,8 +527,7 @@ impl Conn {
         )?;
         let (receive, send) = super::cycle::bound_methods(&cycle)?;
         let loop_core = server.loop_core().bind(py);
-        // A task factory set on the loop is honoured: the app then runs in what it makes.
-        let native = server.opts().native_tasks && !LoopCore::has_task_factory(loop_core)?;
+        let native = server.native_tasks(loop_core)?;
         // Every app task runs in a fresh copy of the server's context (see `task_context`).
         let started = server
             .app_for(forwarded)
@@ -489,6 +544,7 @@ impl Conn {
                         Some(name.into_any()),
                         Some(context),
                         Some(hook),
+                        !run_now,
                     )?;
                     return Ok((task.into_any().unbind(), false));
                 }
@@ -507,6 +563,8 @@ impl Conn {
                 server.task_started(py, &task)?;
                 if needs_callback {
                     task.call_method1(intern!(py, "add_done_callback"), (cycle,))?;
+                } else if run_now {
+                    Task::run_first_step(task.cast::<Task>()?, loop_core)?;
                 }
                 Ok(())
             }
@@ -692,10 +750,12 @@ impl Conn {
                 visit.call(&req.receive_waiter)?;
                 visit.call(&req.drain_waiter)?;
                 visit.call(&req.resp.headers)?;
-                visit.call(&req.facts.method)?;
-                visit.call(&req.facts.path)?;
-                visit.call(&req.facts.query)?;
-                visit.call(&req.facts.scope)?;
+                if let Some(facts) = &req.facts {
+                    visit.call(&facts.method)?;
+                    visit.call(&facts.path)?;
+                    visit.call(&facts.query)?;
+                    visit.call(&facts.scope)?;
+                }
             }
         }
         Ok(())

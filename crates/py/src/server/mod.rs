@@ -66,6 +66,9 @@ struct ServerState {
     conns: IntMap<RawFd, Py<Conn>>,
     /// Running app tasks, by object address.
     tasks: IntMap<usize, Py<PyAny>>,
+    /// Requests whose app start is queued (`Conn::start_pending`): counted with the tasks by
+    /// `--limit-concurrency`, as each is about to be one.
+    starts_queued: usize,
     requests: u64,
     /// App tasks started: the number in the next one's name (`task_name`).
     tasks_started: u64,
@@ -190,6 +193,7 @@ impl HttpServer {
                 shutting_down: false,
                 conns: IntMap::default(),
                 tasks: IntMap::default(),
+                starts_queued: 0,
                 requests: 0,
                 tasks_started: 0,
                 sweep: None,
@@ -424,6 +428,12 @@ impl HttpServer {
         }
     }
 
+    /// Request apps run in `ferroloop.Task`s: asked for (`native_tasks`) and no task factory
+    /// on the loop (a factory is honoured: the app then runs in what it makes).
+    pub(crate) fn native_tasks(&self, core: &Bound<'_, LoopCore>) -> PyResult<bool> {
+        Ok(self.opts().native_tasks && !LoopCore::has_task_factory(core)?)
+    }
+
     pub(crate) fn access_log(&self) -> Option<&Py<PyAny>> {
         self.access_log.as_ref()
     }
@@ -439,7 +449,7 @@ impl HttpServer {
         };
         self.state
             .borrow(py)
-            .is_ok_and(|st| st.conns.len() > limit || st.tasks.len() >= limit)
+            .is_ok_and(|st| st.conns.len() > limit || st.tasks.len() + st.starts_queued >= limit)
     }
 
     /// The current `Date` header value, when enabled (a copy: no allocation per response).
@@ -452,6 +462,17 @@ impl HttpServer {
 
     pub(crate) fn conn_closed(&self, py: Python<'_>, fd: RawFd) -> Option<Py<Conn>> {
         self.state.borrow(py).ok()?.conns.remove(&fd)
+    }
+
+    /// A request's app start was queued (`true`) or is being taken off the queue (`false`).
+    pub(crate) fn start_queued(&self, py: Python<'_>, queued: bool) -> PyResult<()> {
+        let mut st = self.state.borrow(py)?;
+        if queued {
+            st.starts_queued += 1;
+        } else {
+            st.starts_queued = st.starts_queued.saturating_sub(1);
+        }
+        Ok(())
     }
 
     pub(crate) fn task_started(&self, py: Python<'_>, task: &Bound<'_, PyAny>) -> PyResult<()> {

@@ -304,8 +304,7 @@ impl Conn {
             return;
         };
         server.response_done(py);
-        if server.access_log().is_some() {
-            let facts = &req.facts;
+        if let (Some(_), Some(facts)) = (server.access_log(), &req.facts) {
             let query = facts.query.bind(py).as_bytes();
             let path = if query.is_empty() {
                 facts.path.clone_ref(py)
