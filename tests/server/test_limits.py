@@ -136,3 +136,47 @@ def test_header_timeout_stops_once_the_head_is_complete(serve, connect):
     time.sleep(1.5)  # longer than the header timeout: the body is not the head
     connection.send(b"cd")
     assert connection.read_response().body == b"abcd"
+
+
+@pytest.mark.ferroloop_only(
+    reason="uvicorn answers 503 from the limit-th connection on; ferroloop once there are "
+    "more connections than the limit"
+)
+def test_more_connections_than_the_concurrency_limit_get_503(serve, connect, request_bytes):
+    server = serve("raw_asgi:app", "--limit-concurrency", "2")
+    first, second = connect(server), connect(server)
+    assert first.request("GET", "/hello").status == 200
+    assert second.request("GET", "/hello").status == 200
+    third = connect(server)
+    third.send(request_bytes("GET", "/hello"))
+    assert_rejected(third, {503})
+
+
+@pytest.mark.ferroloop_only(reason="how ferroloop counts app starts it has queued")
+def test_queued_app_starts_count_towards_the_concurrency_limit(
+    spawn_server, connect, request_bytes, tmp_path, wait_until
+):
+    """Two app tasks outlive their responses; with a limit of 3, one more request may start.
+    Two requests arrive together while the loop is blocked: the first is admitted and its app
+    start queued, so the second finds the limit reached and gets 503."""
+    server = spawn_server(
+        "raw_asgi:app",
+        "--limit-concurrency",
+        "3",
+        env={"FERROLOOP_TEST_MARKER_DIR": str(tmp_path)},
+    )
+    release = tmp_path / "release"
+    a, b, c = connect(server), connect(server), connect(server)
+    try:
+        for connection in (a, b):
+            assert connection.request("GET", f"/linger?release={release}").body == b"lingering"
+        c.send(request_bytes("GET", f"/block?release={release}-block"))
+        wait_until((tmp_path / "blocking").exists, "the app that blocks the loop")
+        a.send(request_bytes("GET", "/hello"))
+        b.send(request_bytes("GET", "/hello"))
+        (tmp_path / "release-block").write_text("go")
+        assert c.read_response().body == b"unblocked"
+        statuses = sorted([a.read_response().status, b.read_response().status])
+        assert statuses == [200, 503]
+    finally:
+        release.write_text("go")

@@ -319,6 +319,17 @@ async def block(scope: Any, receive: Any, send: Any) -> None:
     await _respond(send, b"unblocked")
 
 
+async def linger(scope: Any, receive: Any, send: Any) -> None:
+    """Respond at once, then keep the task running (background work) until the file
+    ``release`` exists."""
+    release_file = Path(_query(scope)["release"])
+    await _respond(send, b"lingering")
+    for _ in range(3000):
+        if release_file.exists():
+            break
+        await asyncio.sleep(0.01)
+
+
 async def gc_counts(scope: Any, receive: Any, send: Any) -> None:
     """How many collections each generation of the cyclic garbage collector has run."""
     await _json(send, [generation["collections"] for generation in gc.get_stats()])
@@ -485,6 +496,7 @@ ROUTES = {
     "/slow": slow,
     "/pid": pid,
     "/block": block,
+    "/linger": linger,
     "/gc-counts": gc_counts,
     "/pathsend": pathsend,
     "/declared-length": declared_length,
