@@ -19,9 +19,9 @@ the client sends STOP until the server echoes it (the server then ends).
 
 The client prints `RESULT <json>`. It uses Protocols, the cheapest API asyncio offers, but it
 still costs about as much CPU per message as the server under test, so its core, not the
-server, tends to limit messages/s (`client_busy` near 1.0 says so). The tcp and unix echoes
-therefore use echo_client.c by default, which does the same for those transports in C with
-epoll; this client drives tls and udp, and every transport with run.py's `--echo-client python`.
+server, tends to limit messages/s (`client_busy` near 1.0 says so). The tcp, unix and udp
+echoes therefore use echo_client.c by default, which does the same for those transports in C
+with epoll; this client drives tls, and every transport with run.py's `--echo-client python`.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 The server (`child.py BENCH serve LOOP PARAMS`, the loop under test) runs on core 0 and prints
 its address; the client, the same program for every server loop, runs on core 1 against it. For
-tcp and unix that is echo_client.c (compiled once per run with `cc -O2`), whose CPU per message
-is nearly all the kernel's socket work, 10 to 40% less than the Python client's; for tls and
-udp, and for every transport after `use_client("python")` (run.py's `--echo-client python`), it
+tcp, unix and udp that is echo_client.c (compiled once per run with `cc -O2`), whose CPU per
+message is nearly all the kernel's socket work, 10 to 40% less than the Python client's; for
+tls, and for every transport after `use_client("python")` (run.py's `--echo-client python`), it
 is echo_client.py on uvloop. Every wait is bounded: the server has ANNOUNCE_TIMEOUT_S to open its
 socket, the client its planned time plus GRACE_S, the server GRACE_S more to finish after the
 client left. A server that cannot open this kind of server (NotImplementedError) makes the cell
@@ -28,18 +28,18 @@ from launch import ChildFailed, child_command, parse_result, tail
 
 PYTHON_CLIENT = str(Path(__file__).with_name("echo_client.py"))
 C_CLIENT_SOURCE = Path(__file__).with_name("echo_client.c")
-C_CLIENT_TRANSPORTS = ("tcp", "unix")  # tls and udp: always the Python client
+C_CLIENT_TRANSPORTS = ("tcp", "unix", "udp")  # tls: always the Python client
 CLIENTS = ("c", "python")
 ANNOUNCE_TIMEOUT_S = 30.0
 GRACE_S = 20.0  # beyond the planned run time, before a stuck process is declared hung
 CLIENT_SETUP_S = 15.0  # connecting (and TLS handshakes) before the warm-up starts
 
 
-_client = "c"  # which client drives the tcp and unix echoes in this run: see use_client()
+_client = "c"  # which client drives the tcp, unix and udp echoes in this run: see use_client()
 
 
 def use_client(kind: str) -> None:
-    """Choose the client for the tcp and unix echoes: "c" (the default) or "python"."""
+    """Choose the client for the tcp, unix and udp echoes: "c" (the default) or "python"."""
     global _client
     if kind not in CLIENTS:
         raise ValueError(f"unknown echo client {kind!r}; choose from {', '.join(CLIENTS)}")
@@ -153,8 +153,9 @@ def measure(
 ) -> dict:
     """Run BENCH's server on LOOP against the echo client over TRANSPORT; one sample.
 
-    transport is tcp, unix, tls or udp (see echo_client.py). server_extra and client_extra
-    reach only that side (certificate paths, say), so they stay out of the recorded params.
+    transport is tcp, unix, tls or udp (see echo_client.py and echo_client.c). server_extra
+    and client_extra reach only that side (certificate paths, say), so they stay out of the
+    recorded params.
     """
     client_command = _client_command(transport)
     with tempfile.TemporaryDirectory(prefix="ferroloop-bench-") as tmp:
