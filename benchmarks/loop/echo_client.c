@@ -35,8 +35,8 @@
  * Memory stays in cache whatever SIZE is: every request is a window into one shared `pattern`
  * (pattern[k] = k % 256, so connection c's request starts at pattern + c % 256), and every read
  * lands in one shared `scratch` buffer. With per-connection buffers (8 MiB at 64 connections of
- * 64 KiB) the kernel's copies miss the cache: about 1.5x the system time per 64 KiB message,
- * more than echo_client.py's.
+ * 64 KiB) the kernel's copies miss the cache: in one measurement that took about 1.5x the
+ * system time per 64 KiB message, more than echo_client.py's.
  */
 #define _GNU_SOURCE
 #include <endian.h>
@@ -69,10 +69,10 @@ struct conn {
     int watching_out;             /* EPOLLOUT registered: a partial write waits for room */
     int mismatched;               /* a wrong byte was reported in the reply in flight */
     const unsigned char *payload; /* SIZE bytes in `pattern`: this connection's request */
-    size_t sent, got;
-    int in_flight;   /* udp: datagram `seq` waits for its reply */
-    uint64_t seq;    /* udp: the last datagram's number (the first is 1) */
-    double sent_at;  /* udp: when it was sent, on CLOCK_MONOTONIC */
+    size_t sent, got;             /* streams: of the request in flight */
+    int in_flight;                /* udp: datagram `seq` waits for its reply */
+    uint64_t seq;                 /* udp: the last datagram's number (the first is 1) */
+    double sent_at;               /* udp: when it was sent, on CLOCK_MONOTONIC */
 };
 
 static struct conn *conns;

@@ -3,7 +3,7 @@
 The server (`child.py BENCH serve LOOP PARAMS`, the loop under test) runs on core 0 and prints
 its address; the client, the same program for every server loop, runs on core 1 against it. For
 tcp, unix and udp that is echo_client.c (compiled once per run with `cc -O2`), whose CPU per
-message is nearly all the kernel's socket work, 10 to 40% less than the Python client's; for
+message is nearly all the kernel's socket work, about 10 to 35% less than the Python client's; for
 tls, and for every transport after `use_client("python")` (run.py's `--echo-client python`), it
 is echo_client.py on uvloop. Every wait is bounded: the server has ANNOUNCE_TIMEOUT_S to open its
 socket, the client its planned time plus GRACE_S, the server GRACE_S more to finish after the
