@@ -1,4 +1,4 @@
-"""Load generator for every echo benchmark: one client for every server loop, on uvloop.
+"""Load generator for the echo benchmarks in Python: one client for every server loop, on uvloop.
 
     echo_client.py CONFIG_JSON
 
@@ -17,8 +17,11 @@ datagram with no reply within LOSS_TIMEOUT_S is counted lost and the next one is
 costs time but never stops the run; a reply that arrives after that is counted late. At the end
 the client sends STOP until the server echoes it (the server then ends).
 
-The client prints `RESULT <json>`. It uses Protocols, the cheapest API asyncio offers, so it
-costs less per message than the server under test; `client_busy` near 1.0 says it did not.
+The client prints `RESULT <json>`. It uses Protocols, the cheapest API asyncio offers, but it
+still costs about as much CPU per message as the server under test, so its core, not the
+server, tends to limit messages/s (`client_busy` near 1.0 says so). The tcp, unix and udp
+echoes therefore use echo_client.c by default, which does the same for those transports in C
+with epoll; this client drives tls, and every transport with run.py's `--echo-client python`.
 """
 
 from __future__ import annotations
@@ -268,9 +271,9 @@ if __name__ == "__main__":
     try:
         import uvloop
 
-        client_loop, new_loop = "uvloop", uvloop.new_event_loop
+        client_loop, new_loop = "Python on uvloop", uvloop.new_event_loop
     except ImportError:
-        client_loop, new_loop = "asyncio", asyncio.new_event_loop
+        client_loop, new_loop = "Python on asyncio", asyncio.new_event_loop
     loop = new_loop()
     try:
         main = run_udp if config["transport"] == "udp" else run_streams

@@ -1,28 +1,79 @@
 """Parent side of the echo benchmarks: one server child, one client process, results merged.
 
 The server (`child.py BENCH serve LOOP PARAMS`, the loop under test) runs on core 0 and prints
-its address; the client (echo_client.py, the same program for every server loop) runs on core 1
-against it. Every wait is bounded: the server has ANNOUNCE_TIMEOUT_S to open its socket, the
-client its planned time plus GRACE_S, the server GRACE_S more to finish after the client left.
-A server that cannot open this kind of server (NotImplementedError) makes the cell
+its address; the client, the same program for every server loop, runs on core 1 against it. For
+tcp, unix and udp that is echo_client.c (compiled once per run with `cc -O2`), whose CPU per
+message is nearly all the kernel's socket work, about 10 to 35% less than the Python client's; for
+tls, and for every transport after `use_client("python")` (run.py's `--echo-client python`), it
+is echo_client.py on uvloop. Every wait is bounded: the server has ANNOUNCE_TIMEOUT_S to open its
+socket, the client its planned time plus GRACE_S, the server GRACE_S more to finish after the
+client left. A server that cannot open this kind of server (NotImplementedError) makes the cell
 `unsupported`; a crash, a hang or a client that saw wrong data makes it failed or problematic.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from launch import ChildFailed, child_command, parse_result, tail
 
-CLIENT = str(Path(__file__).with_name("echo_client.py"))
+PYTHON_CLIENT = str(Path(__file__).with_name("echo_client.py"))
+C_CLIENT_SOURCE = Path(__file__).with_name("echo_client.c")
+C_CLIENT_TRANSPORTS = ("tcp", "unix", "udp")  # tls: always the Python client
+CLIENTS = ("c", "python")
 ANNOUNCE_TIMEOUT_S = 30.0
 GRACE_S = 20.0  # beyond the planned run time, before a stuck process is declared hung
 CLIENT_SETUP_S = 15.0  # connecting (and TLS handshakes) before the warm-up starts
+
+
+_client = "c"  # which client drives the tcp, unix and udp echoes in this run: see use_client()
+
+
+def use_client(kind: str) -> None:
+    """Choose the client for the tcp, unix and udp echoes: "c" (the default) or "python"."""
+    global _client
+    if kind not in CLIENTS:
+        raise ValueError(f"unknown echo client {kind!r}; choose from {', '.join(CLIENTS)}")
+    _client = kind
+
+
+@functools.cache
+def _build_c_client() -> tuple[str | None, str]:
+    """(the executable, "") or (None, why not): echo_client.c compiled once per run."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None, "no C compiler (cc or gcc) found to build echo_client.c"
+    out = Path(tempfile.mkdtemp(prefix="ferroloop-echo-client-"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    exe = out / "echo_client"
+    built = subprocess.run(
+        [compiler, "-O2", "-Wall", "-Wextra", str(C_CLIENT_SOURCE), "-o", str(exe)],
+        capture_output=True,
+        text=True,
+    )
+    if built.returncode != 0:
+        return None, f"compiling echo_client.c failed:\n{tail(built.stderr)}"
+    return str(exe), ""
+
+
+def _client_command(transport: str) -> Callable[[dict], list[str]]:
+    """How to start the client for TRANSPORT, given its config; builds the C client once."""
+    if _client == "python" or transport not in C_CLIENT_TRANSPORTS:
+        return lambda config: [sys.executable, PYTHON_CLIENT, json.dumps(config)]
+    exe, why_not = _build_c_client()
+    if exe is None:
+        raise ChildFailed(f"{why_not}\n(or run with --echo-client python)")
+    keys = ("transport", "address", "clients", "size", "warmup_s", "duration_s")
+    return lambda config: [exe, *(str(config[key]) for key in keys)]
 
 
 def _read_address(server: subprocess.Popen, timeout: float) -> object:
@@ -38,10 +89,10 @@ def _read_address(server: subprocess.Popen, timeout: float) -> object:
     return announced["address"]
 
 
-def _run_client(config: dict, pin: list[str], timeout: float) -> dict:
+def _run_client(command: list[str], pin: list[str], timeout: float) -> dict:
     try:
         client = subprocess.run(
-            [*pin, sys.executable, CLIENT, json.dumps(config)],
+            [*pin, *command],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -60,6 +111,7 @@ def _serve_and_load(
     loop_name: str,
     server_params: dict,
     client_config: dict,
+    client_command: Callable[[dict], list[str]],
     pins: tuple[list, list],
 ) -> tuple[dict, dict]:
     server = subprocess.Popen(
@@ -71,7 +123,8 @@ def _serve_and_load(
     try:
         client_config["address"] = _read_address(server, ANNOUNCE_TIMEOUT_S)
         planned = CLIENT_SETUP_S + server_params["warmup_s"] + server_params["duration_s"]
-        client_result = _run_client(client_config, pins[1], planned + GRACE_S)
+        command = client_command(client_config)
+        client_result = _run_client(command, pins[1], planned + GRACE_S)
         try:
             out, err = server.communicate(timeout=GRACE_S)
         except subprocess.TimeoutExpired:
@@ -100,15 +153,19 @@ def measure(
 ) -> dict:
     """Run BENCH's server on LOOP against the echo client over TRANSPORT; one sample.
 
-    transport is tcp, unix, tls or udp (see echo_client.py). server_extra and client_extra
-    reach only that side (certificate paths, say), so they stay out of the recorded params.
+    transport is tcp, unix, tls or udp (see echo_client.py and echo_client.c). server_extra
+    and client_extra reach only that side (certificate paths, say), so they stay out of the
+    recorded params.
     """
+    client_command = _client_command(transport)
     with tempfile.TemporaryDirectory(prefix="ferroloop-bench-") as tmp:
         server_params = {**params, **(server_extra or {})}
         if transport == "unix":
             server_params["path"] = str(Path(tmp) / "echo.sock")
         client_config = {"transport": transport, **params, **(client_extra or {})}
-        result, client = _serve_and_load(bench, loop_name, server_params, client_config, pins)
+        result, client = _serve_and_load(
+            bench, loop_name, server_params, client_config, client_command, pins
+        )
     result["metrics"]["msgs_per_s"] = client["msgs_per_s"]
     result["problems"] += client["problems"]
     info = result.setdefault("info", {})

@@ -113,8 +113,8 @@ def _notes(cases: list[dict]) -> list[str]:
 
 
 def _echo_client_line(cases: list[dict]) -> list[str]:
-    """Which loop the echo client ran on, and how busy its core was, per echo case."""
-    loops_used, busy = set(), []
+    """Which client drove each echo case, and how busy its core was (median over the runs)."""
+    shares = []
     for case in cases:
         infos = [
             s["info"]
@@ -123,14 +123,14 @@ def _echo_client_line(cases: list[dict]) -> list[str]:
             if "client_busy" in s.get("info", {})
         ]
         if infos:
-            loops_used |= {i["client_loop"] for i in infos}
             share = statistics.median(i["client_busy"] for i in infos)
-            busy.append(f"{case['bench']} {case['case']}".strip() + f" {share:.0%}")
-    if not busy:
+            clients = ", ".join(sorted({i["client_loop"] for i in infos}))
+            shares.append(f"{case['bench']} {case['case']}".strip() + f" {share:.0%} ({clients})")
+    if not shares:
         return []
     return [
-        f"- echo client loop: {', '.join(sorted(loops_used))}; its core's busy share (median "
-        f"over all runs, near 100% means the client limits messages/s): {', '.join(busy)}"
+        "- echo client per benchmark and its core's busy share (median over all runs; near 100% "
+        f"means the client, not the server, limits messages/s): {', '.join(shares)}"
     ]
 
 

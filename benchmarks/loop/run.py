@@ -1,10 +1,13 @@
 """Event loop benchmarks: ferroloop against asyncio, uvloop and rloop on this machine, in one run.
 
     python benchmarks/loop/run.py [--quick] [--repeat R] [--only NAME] [--loops a,b,...]
+                                  [--echo-client c|python]
 
 Every measurement runs in a fresh process pinned to core 0 (the echo clients to core 1), one
 loop per process; repeats are interleaved across loops so slow drift on a noisy machine spreads
-over every column. Results: benchmarks/results/loop.{md,json,png}. See benchmarks/README.md.
+over every column. The tcp, unix and udp echoes are driven by echo_client.c unless
+`--echo-client python` asks for echo_client.py (which always drives tls). Results:
+benchmarks/results/loop.{md,json,png}. See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/machine.py
+import echo_measure
 import loops
 import report
 from launch import ChildFailed, run_child
@@ -54,6 +58,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--loops",
         default=",".join(loops.NAMES),
         help=f"comma-separated subset of {','.join(loops.NAMES)} (default: all)",
+    )
+    parser.add_argument(
+        "--echo-client",
+        choices=echo_measure.CLIENTS,
+        default="c",
+        help="load generator of the tcp, unix and udp echoes: c (echo_client.c, compiled with "
+        "cc; default) or python (echo_client.py on uvloop, which always drives tls)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"output dir (default {RESULTS})")
     args = parser.parse_args(argv)
@@ -154,6 +165,7 @@ def run_cases(
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    echo_measure.use_client(args.echo_client)
     pin0, pin1, pin_warning = cpu_pins()
     if pin_warning:
         print(f"warning: {pin_warning}", file=sys.stderr)
@@ -186,6 +198,7 @@ def main(argv: list[str]) -> int:
         "cpus": os.cpu_count(),
         "repeat": args.repeat,
         "quick": args.quick,
+        "echo_client": args.echo_client,
         "loops": available,
         "skipped": skipped,
         "skipped_benchmarks": skipped_benchmarks,

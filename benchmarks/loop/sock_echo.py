@@ -4,7 +4,7 @@ This is the loop's I/O path end to end: readiness polling, non-blocking reads an
 waking the task that waits on each socket, with 64 connections in flight so one poll returns
 many ready sockets. The server (the loop under test, pinned to core 0) accepts 64 connections
 on 127.0.0.1 and runs one task per connection that echoes what it receives. A separate client
-process (echo_client.py, pinned to core 1; the same client for every server loop) keeps one
+process (echo_client.c, pinned to core 1; the same client for every server loop) keeps one
 1 KiB request in flight per connection for a fixed time and counts completed round trips.
 
 Messages per second can be capped by the client, so the server's CPU time per message (all its

@@ -6,7 +6,7 @@ there is only the loop's transport, so the cost per message here is the transpor
 recv into a new bytes object, `data_received`, `write` (sent at once if the socket takes it,
 else buffered and sent on write readiness). 64 connections each keep one request in flight, so
 one poll returns many ready sockets, as on a busy server. The client is a separate process on
-core 1 (echo_client.py, the same uvloop client for every server loop).
+core 1 (echo_client.c, the same C client for every server loop; see echo_measure.py).
 
 - 1 KiB: per-event overhead dominates (one read and one write per message).
 - 64 KiB: a message arrives in several reads and leaves in several writes, so the read size,

@@ -6,7 +6,7 @@ a task (the StreamReader's waiter future), copies through the reader's buffer, a
 is a coroutine call per write. How much of that a loop makes cheaper (faster futures, task
 steps, call_soon) is what a user of streams gains. 64 connections each keep one 1 KiB request
 in flight; one task per connection reads exactly one message, writes it back and drains. The
-client is a separate process on core 1 (echo_client.py, the same for every server loop).
+client is a separate process on core 1 (echo_client.c, the same for every server loop).
 Server CPU per message is reported as for the Protocol echo.
 """
 

@@ -3,7 +3,7 @@
 Datagrams are DNS, QUIC, game and metrics traffic (statsd, syslog): one `recvfrom` and one
 `sendto` per message with no stream buffering, so the loop's per-event cost is nearly all of
 the cost. One server endpoint on 127.0.0.1 serves 64 client sockets (a separate process on
-core 1, echo_client.py, the same for every server loop), each keeping one numbered datagram in
+core 1, echo_client.c, the same for every server loop), each keeping one numbered datagram in
 flight. UDP may drop: a datagram unanswered for 0.5 s is counted lost and the client moves on,
 so loss never hangs the run; any loss is reported under the tables (with the count of replies
 that came late) and in `loop.json` (`info.lost`). The client ends the server with a STOP

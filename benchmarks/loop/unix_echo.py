@@ -4,7 +4,7 @@ Unix sockets carry the traffic between a reverse proxy and the app server on the
 (nginx to gunicorn or uvicorn with `--uds`), and to local databases and caches (PostgreSQL,
 Redis): no TCP stack, so the loop's own share of the cost per message is larger than over TCP.
 The server listens in a fresh temporary directory; 64 connections each keep one 1 KiB request
-in flight; the client is a separate process on core 1 (echo_client.py, the same for every
+in flight; the client is a separate process on core 1 (echo_client.c, the same for every
 server loop). Server CPU per message is reported as for the TCP Protocol echo.
 """
 
