@@ -36,6 +36,43 @@ def test_callbacks_run_once_in_order_on_both_sides(loop, run, recorder, tcp_conn
     assert bytes(ends.client.received) == b"HELLO"
 
 
+def test_reads_of_every_size_deliver_every_byte_in_order(loop, run, recorder, tcp_connect):
+    """Large and small messages in turn, each echoed before the next is sent, so the receiving
+    side's reads alternate between large and small (ferroloop reads a large one straight into
+    a new bytes object and a small one through its shared buffer, switching on the size of the
+    read before)."""
+    sizes = [256 * 1024, 10, 100_000, 1, 70_000, 3000, 512 * 1024, 7, 40_000]
+    pattern = bytes(range(251)) * (512 * 1024 // 251 + 2)
+
+    class Echo(recorder):
+        def __init__(self):
+            super().__init__()
+            self.read_sizes = []
+
+        def data_received(self, data):
+            super().data_received(data)
+            self.read_sizes.append(len(data))
+            self.transport.write(data)
+
+    async def main():
+        ends = await tcp_connect(Echo, recorder)
+        sent = bytearray()
+        for i, size in enumerate(sizes):
+            message = pattern[i : i + size]
+            ends.client.transport.write(message)
+            sent += message
+            await asyncio.wait_for(ends.client.received_at_least(len(sent)), 10)
+        ends.client.transport.close()
+        await ends.client.lost
+        return ends, bytes(sent)
+
+    ends, sent = run(main())
+    assert bytes(ends.accepted.received) == sent
+    assert bytes(ends.client.received) == sent
+    reads = ends.accepted.read_sizes
+    assert max(reads) >= 32 * 1024 and min(reads) <= 10, reads
+
+
 def test_eof_received_returning_false_closes_the_transport(loop, run, recorder, tcp_connect):
     async def main():
         ends = await tcp_connect(recorder, recorder)

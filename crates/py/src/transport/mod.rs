@@ -246,6 +246,9 @@ pub struct StreamCore {
     loop_: Py<LoopCore>,
     fd: RawFd,
     kind: Kind,
+    /// The last read was large (`read::DIRECT_MIN` bytes or more): the next one goes straight
+    /// into a new `bytes` object (`read.rs`). Only the loop thread touches it.
+    large_reads: std::sync::atomic::AtomicBool,
     state: LoopCell<CoreState>,
 }
 
@@ -290,6 +293,7 @@ core_pymethods! {
                     loop_: r#loop.clone().unbind(),
                     fd,
                     kind,
+                    large_reads: std::sync::atomic::AtomicBool::new(false),
                     state: LoopCell::new(CoreState {
                         shared: SharedState::new(transport),
                         buffered: false,

@@ -4,6 +4,8 @@
 
 use std::cell::RefCell;
 use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
 
 use ferroloop_core::sys::cvt;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
@@ -12,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::pybuf::RawBuffer;
-use super::{Attached, StreamCore};
+use super::{Attached, Kind, StreamCore};
 use crate::sock_ops::os_error;
 
 /// Bytes asked of each `recv`: asyncio's `_SelectorTransport.max_size`.
@@ -24,6 +26,52 @@ pub(super) const MAX_READ: usize = 256 * 1024;
 /// large block) took 2.4 times as long as into an aligned one (37 µs against 15 µs per 64 KiB
 /// write and read; 32-byte alignment was enough, a page costs nothing more).
 const READ_BUF_ALIGN: usize = 4096;
+
+/// A socket whose last read returned at least this many bytes reads the next one directly into a
+/// new `bytes` object of `MAX_READ` bytes, shrunk to what arrived (as asyncio's `sock.recv` does),
+/// instead of into the shared buffer and then copying: the copy of a 64 KiB read costs more than
+/// the allocation. Small reads keep the shared buffer, where a fresh 256 KiB block and its shrink
+/// would cost more than copying a few bytes. Pipes always use the shared, page-aligned buffer
+/// (see `READ_BUF_ALIGN`: the kernel's copy into an unaligned destination is slow for pipes).
+pub(super) const DIRECT_MIN: usize = 32 * 1024;
+
+// Exported by every CPython 3 (`Include/cpython/bytesobject.h`); pyo3-ffi keeps its declaration
+// private.
+extern "C" {
+    fn _PyBytes_Resize(bytes: *mut *mut pyo3::ffi::PyObject, size: pyo3::ffi::Py_ssize_t) -> i32;
+}
+
+/// `recv` into a new `bytes` object of `MAX_READ` bytes, shrunk to the bytes received.
+fn recv_into_new_bytes(
+    py: Python<'_>,
+    fd: RawFd,
+) -> PyResult<io::Result<Received<Bound<'_, PyBytes>>>> {
+    // SAFETY: with the GIL held; a NULL source asks for an uninitialised object of that size.
+    let mut obj = unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), MAX_READ as _) };
+    if obj.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `obj` is a new bytes object of `MAX_READ` writable bytes that nothing else sees
+    // yet; `fd` is the transport's open socket.
+    let r = cvt(unsafe { libc::recv(fd, pyo3::ffi::PyBytes_AsString(obj).cast(), MAX_READ, 0) });
+    let n = match r {
+        Ok(n) if n > 0 => n as usize,
+        other => {
+            // SAFETY: we own the only reference.
+            unsafe { pyo3::ffi::Py_DECREF(obj) };
+            return Ok(classify(other, |_| unreachable!("no data")));
+        }
+    };
+    // SAFETY: `obj` is ours alone (refcount 1), as `_PyBytes_Resize` requires; on failure it
+    // has released it and set `obj` to NULL.
+    if n < MAX_READ && unsafe { _PyBytes_Resize(&raw mut obj, n as _) } < 0 {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `obj` is a new reference to a bytes object.
+    Ok(Ok(Received::Data(unsafe {
+        Bound::from_owned_ptr(py, obj).cast_into_unchecked()
+    })))
+}
 
 thread_local! {
     /// The receive buffer shared by every transport of this thread's loop. Allocated once: a
@@ -95,13 +143,21 @@ impl StreamCore {
     /// asyncio's `_read_ready__data_received` (sockets) or `_UnixReadPipeTransport._read_ready`.
     fn read_bytes(&self, py: Python<'_>, protocol: &Bound<'_, PyAny>) -> PyResult<()> {
         let (fd, kind) = (self.fd, self.kind);
-        let received = with_read_buf(|buf| {
-            // SAFETY: `buf` is `buf.len()` initialised, writable bytes; `fd` is the transport's
-            // open fd (module invariant: the core is not `gone`).
-            let r = cvt(unsafe { kind.read(fd, buf.as_mut_ptr(), buf.len()) });
-            // Creating a bytes object runs no Python code (bytes are not GC-tracked).
-            classify(r, |n| PyBytes::new(py, &buf[..n]))
-        });
+        let received = if kind == Kind::Socket && self.large_reads.load(Ordering::Relaxed) {
+            recv_into_new_bytes(py, fd)?
+        } else {
+            with_read_buf(|buf| {
+                // SAFETY: `buf` is `buf.len()` initialised, writable bytes; `fd` is the
+                // transport's open fd (module invariant: the core is not `gone`).
+                let r = cvt(unsafe { kind.read(fd, buf.as_mut_ptr(), buf.len()) });
+                // Creating a bytes object runs no Python code (bytes are not GC-tracked).
+                classify(r, |n| PyBytes::new(py, &buf[..n]))
+            })
+        };
+        if let Ok(Received::Data(data)) = &received {
+            self.large_reads
+                .store(data.as_bytes().len() >= DIRECT_MIN, Ordering::Relaxed);
+        }
         match received {
             Err(e) => self.fatal(py, os_error(py, &e), kind.read_error()),
             Ok(Received::Nothing) => Ok(()),
