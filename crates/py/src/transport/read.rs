@@ -28,12 +28,18 @@ pub(super) const MAX_READ: usize = 256 * 1024;
 const READ_BUF_ALIGN: usize = 4096;
 
 /// A socket whose last read returned at least this many bytes reads the next one directly into a
-/// new `bytes` object of `MAX_READ` bytes, shrunk to what arrived (as asyncio's `sock.recv` does),
-/// instead of into the shared buffer and then copying: the copy of a 64 KiB read costs more than
-/// the allocation. Small reads keep the shared buffer, where a fresh 256 KiB block and its shrink
-/// would cost more than copying a few bytes. Pipes always use the shared, page-aligned buffer
-/// (see `READ_BUF_ALIGN`: the kernel's copy into an unaligned destination is slow for pipes).
+/// new `bytes` object of `DIRECT_READ` bytes, shrunk to what arrived (as asyncio's `sock.recv`
+/// does), instead of into the shared buffer and then copying. Small reads keep the shared buffer,
+/// where allocating a large block and shrinking it would cost more than copying a few bytes.
+/// Pipes always use the shared, page-aligned buffer (see `READ_BUF_ALIGN`: the kernel's copy
+/// into an unaligned destination is slow for pipes).
 pub(super) const DIRECT_MIN: usize = 32 * 1024;
+
+/// Bytes asked of a direct read: under glibc's default mmap threshold (128 KiB) with the bytes
+/// object's header, so the block comes from the heap, warm, and its shrink and release are not
+/// syscalls. At `MAX_READ` (asyncio's size) each read cost an `mmap`, an `mremap`, a `munmap`
+/// and a page fault per 4 KiB touched (`strace -c`: one of each per 64 KiB message).
+const DIRECT_READ: usize = 124 * 1024;
 
 // Exported by every CPython 3 (`Include/cpython/bytesobject.h`); pyo3-ffi keeps its declaration
 // private.
@@ -41,19 +47,20 @@ extern "C" {
     fn _PyBytes_Resize(bytes: *mut *mut pyo3::ffi::PyObject, size: pyo3::ffi::Py_ssize_t) -> i32;
 }
 
-/// `recv` into a new `bytes` object of `MAX_READ` bytes, shrunk to the bytes received.
+/// `recv` into a new `bytes` object of `DIRECT_READ` bytes, shrunk to the bytes received.
 fn recv_into_new_bytes(
     py: Python<'_>,
     fd: RawFd,
 ) -> PyResult<io::Result<Received<Bound<'_, PyBytes>>>> {
     // SAFETY: with the GIL held; a NULL source asks for an uninitialised object of that size.
-    let mut obj = unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), MAX_READ as _) };
+    let mut obj =
+        unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), DIRECT_READ as _) };
     if obj.is_null() {
         return Err(PyErr::fetch(py));
     }
-    // SAFETY: `obj` is a new bytes object of `MAX_READ` writable bytes that nothing else sees
-    // yet; `fd` is the transport's open socket.
-    let r = cvt(unsafe { libc::recv(fd, pyo3::ffi::PyBytes_AsString(obj).cast(), MAX_READ, 0) });
+    // SAFETY: `obj` is a new bytes object of `DIRECT_READ` writable bytes that nothing else
+    // sees yet; `fd` is the transport's open socket.
+    let r = cvt(unsafe { libc::recv(fd, pyo3::ffi::PyBytes_AsString(obj).cast(), DIRECT_READ, 0) });
     let n = match r {
         Ok(n) if n > 0 => n as usize,
         other => {
@@ -64,7 +71,7 @@ fn recv_into_new_bytes(
     };
     // SAFETY: `obj` is ours alone (refcount 1), as `_PyBytes_Resize` requires; on failure it
     // has released it and set `obj` to NULL.
-    if n < MAX_READ && unsafe { _PyBytes_Resize(&raw mut obj, n as _) } < 0 {
+    if n < DIRECT_READ && unsafe { _PyBytes_Resize(&raw mut obj, n as _) } < 0 {
         return Err(PyErr::fetch(py));
     }
     // SAFETY: `obj` is a new reference to a bytes object.
