@@ -6,7 +6,9 @@
 //!   header timeout once part of a head has arrived (slowloris).
 //! - `Busy`: a request is in flight (`req`). Reading goes on, to see a disconnect and to
 //!   buffer the body, until `READ_HIGH` unconsumed bytes are buffered (flow control). Pipelined
-//!   requests wait in the buffer; the next one starts when this response is complete.
+//!   requests wait in the buffer; the next one starts when this response is complete. Until its
+//!   app starts (a queued `Ready::Call` entry, see `advance`), `req.facts` is `None` and the
+//!   request's head is still in the buffer at `rpos`: nothing consumes the buffer before that.
 //! - `Closing`: the last response is queued; once it is written the write side is shut.
 //! - `Lingering`: write side shut, reading and discarding until the peer closes or the
 //!   deadline passes, so unread input does not turn our close into a reset that loses the
