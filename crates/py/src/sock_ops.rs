@@ -75,6 +75,41 @@ unsafe extern "C" {
     fn _PyBytes_Resize(bytes: *mut *mut ffi::PyObject, newsize: ffi::Py_ssize_t) -> i32;
 }
 
+/// `recv(fd, n)` into a new bytes object of `n` bytes, shrunk to what arrived, as CPython's
+/// `socket.recv` does (empty at EOF). `Err` only if the object cannot be made; the inner error is
+/// the `recv`'s.
+pub(crate) fn recv_bytes(
+    py: Python<'_>,
+    fd: RawFd,
+    n: usize,
+) -> PyResult<std::io::Result<Bound<'_, PyBytes>>> {
+    // SAFETY: a NULL source asks for an uninitialised bytes object of `n` bytes: a new
+    // reference, or NULL with an exception set.
+    let raw = unsafe { ffi::PyBytes_FromStringAndSize(std::ptr::null(), n as _) };
+    if raw.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `raw` is a bytes object with `n` writable bytes that nobody else has seen yet;
+    // `fd` is the caller's open socket.
+    let r = unsafe { libc::recv(fd, ffi::PyBytes_AsString(raw).cast(), n, 0) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: we own the only reference to `raw`.
+        unsafe { ffi::Py_DECREF(raw) };
+        return Ok(Err(e));
+    }
+    let mut obj = raw;
+    // SAFETY: shrink the unshared bytes object to what arrived; on failure it is freed, `obj`
+    // is NULL and an exception is set.
+    if r as usize != n && unsafe { _PyBytes_Resize(&raw mut obj, r as _) } < 0 {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `obj` is an owned, valid bytes object.
+    Ok(Ok(unsafe {
+        Bound::from_owned_ptr(py, obj).cast_into_unchecked()
+    }))
+}
+
 /// The current `errno` as the matching `OSError` subclass, exactly as `socket` raises it.
 fn last_os_error(py: Python<'_>) -> PyErr {
     // SAFETY: we hold the GIL and errno was set by the failed syscall just before.
@@ -169,35 +204,10 @@ impl SocketOperation {
                 Kind::RecvInto { buf } if buf.len_bytes() == 0 => {
                     return Ok(Attempt::Finished(PyInt::new(py, 0).into_any().unbind()));
                 }
-                Kind::Recv { n } => {
-                    let n = *n;
-                    // SAFETY: a NULL source asks for an uninitialised bytes object of `n` bytes:
-                    // a new reference, or NULL with an exception set.
-                    let raw = unsafe { ffi::PyBytes_FromStringAndSize(std::ptr::null(), n as _) };
-                    if raw.is_null() {
-                        return Err(PyErr::fetch(py));
-                    }
-                    // SAFETY: `raw` is a bytes object with `n` writable bytes that nobody else
-                    // has seen yet.
-                    let r = unsafe { libc::recv(fd, ffi::PyBytes_AsString(raw).cast(), n, 0) };
-                    if r < 0 {
-                        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-                        // SAFETY: we own the only reference to `raw`.
-                        unsafe { ffi::Py_DECREF(raw) };
-                        (r, errno)
-                    } else {
-                        let mut obj = raw;
-                        // SAFETY: as CPython's socket.recv does: shrink the unshared bytes object
-                        // to what arrived; on failure it is freed, `obj` is NULL and an exception
-                        // is set.
-                        if r as usize != n && unsafe { _PyBytes_Resize(&raw mut obj, r as _) } < 0 {
-                            return Err(PyErr::fetch(py));
-                        }
-                        // SAFETY: `obj` is an owned, valid bytes object.
-                        let bytes = unsafe { Bound::from_owned_ptr(py, obj) };
-                        return Ok(Attempt::Finished(bytes.unbind()));
-                    }
-                }
+                Kind::Recv { n } => match recv_bytes(py, fd, *n)? {
+                    Ok(bytes) => return Ok(Attempt::Finished(bytes.into_any().unbind())),
+                    Err(e) => (-1, e.raw_os_error().unwrap_or(0)),
+                },
                 Kind::RecvInto { buf } => {
                     // SAFETY: the buffer is writable and C-contiguous (checked when the op was
                     // built) and stays exported while `buf` lives.

@@ -508,27 +508,26 @@ impl Task {
         slf: &Bound<'_, Self>,
         loop_core: &Bound<'_, LoopCore>,
     ) -> PyResult<()> {
-        {
-            let mut st = slf.get().st.borrow(slf.py())?;
-            if std::mem::replace(&mut st.started, true) {
-                return Ok(());
-            }
+        if Self::mark_started(slf)? {
+            Self::register(slf)?;
+            crate::handle::Ready::run_task(loop_core.as_any(), slf, None)?;
         }
-        Self::register(slf)?;
-        crate::handle::Ready::run_task(loop_core.as_any(), slf, None)
+        Ok(())
     }
 
     /// Registers the task (`asyncio.all_tasks()`) and queues its first step.
     fn start(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        {
-            let mut st = slf.get().st.borrow(py)?;
-            if std::mem::replace(&mut st.started, true) {
-                return Ok(());
-            }
+        if Self::mark_started(slf)? {
+            Self::schedule(slf, None)?;
+            Self::register(slf)?;
         }
-        Self::schedule(slf, None)?;
-        Self::register(slf)
+        Ok(())
+    }
+
+    /// Marks the task started; `false` if it already was.
+    fn mark_started(slf: &Bound<'_, Self>) -> PyResult<bool> {
+        let mut st = slf.get().st.borrow(slf.py())?;
+        Ok(!std::mem::replace(&mut st.started, true))
     }
 
     /// Adds the task to asyncio's registry (`asyncio.all_tasks()`).

@@ -294,15 +294,23 @@ async def release(scope: Any, receive: Any, send: Any) -> None:
     await _respond(send, b"released")
 
 
+RELEASE_POLLS = 3000  # 10 ms apart: a test that never releases is cut off after 30 s
+
+
+async def _released(scope: dict[str, Any]) -> None:
+    """Wait (without blocking the loop) until the file named by ``?release=`` exists."""
+    release_file = Path(_query(scope)["release"])
+    for _ in range(RELEASE_POLLS):
+        if release_file.exists():
+            return
+        await asyncio.sleep(0.01)
+
+
 async def slow(scope: Any, receive: Any, send: Any) -> None:
     """Start a chunked response, then finish it once the file ``release`` exists."""
-    release_file = Path(_query(scope)["release"])
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": b"started\n", "more_body": True})
-    for _ in range(3000):
-        if release_file.exists():
-            break
-        await asyncio.sleep(0.01)
+    await _released(scope)
     await send({"type": "http.response.body", "body": b"finished\n"})
 
 
@@ -312,7 +320,7 @@ async def block(scope: Any, receive: Any, send: Any) -> None:
     them all ready at once."""
     release_file = Path(_query(scope)["release"])
     _marker("blocking")
-    for _ in range(3000):
+    for _ in range(RELEASE_POLLS):
         if release_file.exists():
             break
         time.sleep(0.01)
@@ -322,12 +330,8 @@ async def block(scope: Any, receive: Any, send: Any) -> None:
 async def linger(scope: Any, receive: Any, send: Any) -> None:
     """Respond at once, then keep the task running (background work) until the file
     ``release`` exists."""
-    release_file = Path(_query(scope)["release"])
     await _respond(send, b"lingering")
-    for _ in range(3000):
-        if release_file.exists():
-            break
-        await asyncio.sleep(0.01)
+    await _released(scope)
 
 
 async def gc_counts(scope: Any, receive: Any, send: Any) -> None:

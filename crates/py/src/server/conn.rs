@@ -359,12 +359,13 @@ impl Conn {
                 &st.head,
                 &this.client,
             );
+            st.rpos += st.head.head_len;
+            let req = st.req.as_mut().expect("checked above");
+            let seq = req.seq;
             let (scope, mut facts) = match built {
                 Ok(b) => b,
                 Err(e) => {
                     // As if the app had failed at once: a 500, and the traceback in the log.
-                    st.rpos += st.head.head_len;
-                    let seq = st.req.as_ref().map_or(0, |r| r.seq);
                     drop(st);
                     let exc = e.into_value(py).into_any();
                     return Self::app_finished(slf, seq, Some(exc.bind(py)), false);
@@ -374,10 +375,8 @@ impl Conn {
                 facts.scope = Some(scope.clone().unbind());
             }
             let forwarded = facts.forwarded;
-            st.rpos += st.head.head_len;
-            let req = st.req.as_mut().expect("checked above");
             req.facts = Some(facts);
-            (scope, req.seq, forwarded)
+            (scope, seq, forwarded)
         };
         Self::start_app(slf, &scope, seq, forwarded, run_now)
     }

@@ -4,7 +4,6 @@
 
 use std::cell::RefCell;
 use std::io;
-use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 
 use ferroloop_core::sys::cvt;
@@ -15,7 +14,7 @@ use pyo3::types::PyBytes;
 
 use super::pybuf::RawBuffer;
 use super::{Attached, Kind, StreamCore};
-use crate::sock_ops::os_error;
+use crate::sock_ops::{os_error, recv_bytes};
 
 /// Bytes asked of each `recv`: asyncio's `_SelectorTransport.max_size`.
 pub(super) const MAX_READ: usize = 256 * 1024;
@@ -40,45 +39,6 @@ pub(super) const DIRECT_MIN: usize = 32 * 1024;
 /// syscalls. At `MAX_READ` (asyncio's size) each read cost an `mmap`, an `mremap`, a `munmap`
 /// and a page fault per 4 KiB touched (`strace -c`: one of each per 64 KiB message).
 const DIRECT_READ: usize = 124 * 1024;
-
-// Exported by every CPython 3 (`Include/cpython/bytesobject.h`); pyo3-ffi keeps its declaration
-// private.
-extern "C" {
-    fn _PyBytes_Resize(bytes: *mut *mut pyo3::ffi::PyObject, size: pyo3::ffi::Py_ssize_t) -> i32;
-}
-
-/// `recv` into a new `bytes` object of `DIRECT_READ` bytes, shrunk to the bytes received.
-fn recv_into_new_bytes(
-    py: Python<'_>,
-    fd: RawFd,
-) -> PyResult<io::Result<Received<Bound<'_, PyBytes>>>> {
-    // SAFETY: with the GIL held; a NULL source asks for an uninitialised object of that size.
-    let mut obj =
-        unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), DIRECT_READ as _) };
-    if obj.is_null() {
-        return Err(PyErr::fetch(py));
-    }
-    // SAFETY: `obj` is a new bytes object of `DIRECT_READ` writable bytes that nothing else
-    // sees yet; `fd` is the transport's open socket.
-    let r = cvt(unsafe { libc::recv(fd, pyo3::ffi::PyBytes_AsString(obj).cast(), DIRECT_READ, 0) });
-    let n = match r {
-        Ok(n) if n > 0 => n as usize,
-        other => {
-            // SAFETY: we own the only reference.
-            unsafe { pyo3::ffi::Py_DECREF(obj) };
-            return Ok(classify(other, |_| unreachable!("no data")));
-        }
-    };
-    // SAFETY: `obj` is ours alone (refcount 1), as `_PyBytes_Resize` requires; on failure it
-    // has released it and set `obj` to NULL.
-    if n < DIRECT_READ && unsafe { _PyBytes_Resize(&raw mut obj, n as _) } < 0 {
-        return Err(PyErr::fetch(py));
-    }
-    // SAFETY: `obj` is a new reference to a bytes object.
-    Ok(Ok(Received::Data(unsafe {
-        Bound::from_owned_ptr(py, obj).cast_into_unchecked()
-    })))
-}
 
 thread_local! {
     /// The receive buffer shared by every transport of this thread's loop. Allocated once: a
@@ -113,15 +73,19 @@ fn classify<T>(r: io::Result<isize>, data: impl FnOnce(usize) -> T) -> io::Resul
     match r {
         Ok(0) => Ok(Received::Eof),
         Ok(n) => Ok(Received::Data(data(n as usize))),
+        Err(e) => nothing_or(e),
+    }
+}
+
+/// A failed read: `EAGAIN`/`EINTR` are `Nothing`, anything else the error.
+fn nothing_or<T>(e: io::Error) -> io::Result<Received<T>> {
+    if matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    ) {
+        Ok(Received::Nothing)
+    } else {
         Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            ) =>
-        {
-            Ok(Received::Nothing)
-        }
-        Err(e) => Err(e),
     }
 }
 
@@ -151,7 +115,11 @@ impl StreamCore {
     fn read_bytes(&self, py: Python<'_>, protocol: &Bound<'_, PyAny>) -> PyResult<()> {
         let (fd, kind) = (self.fd, self.kind);
         let received = if kind == Kind::Socket && self.large_reads.load(Ordering::Relaxed) {
-            recv_into_new_bytes(py, fd)?
+            match recv_bytes(py, fd, DIRECT_READ)? {
+                Ok(bytes) if bytes.as_bytes().is_empty() => Ok(Received::Eof),
+                Ok(bytes) => Ok(Received::Data(bytes)),
+                Err(e) => nothing_or(e),
+            }
         } else {
             with_read_buf(|buf| {
                 // SAFETY: `buf` is `buf.len()` initialised, writable bytes; `fd` is the
