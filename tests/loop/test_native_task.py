@@ -508,6 +508,18 @@ def test_yielded_future_gets_the_task_wakeup_as_done_callback(loop, Task):
     loop.run_until_complete(task)
 
 
+def test_a_waited_future_is_no_longer_marked_blocking(loop, Task):
+    # The task clears `_asyncio_future_blocking` of the future it waits on (asyncio's
+    # `Future.__await__` sets it), and is woken with the future's result.
+    future = loop.create_future()
+    task = Task(wait_on(future), loop=loop)
+    loop.run_until_complete(bare_yield())
+    assert future._asyncio_future_blocking is False
+    assert not task.done()
+    future.set_result("woken")
+    assert loop.run_until_complete(task) == "woken"
+
+
 # --- done callbacks ---------------------------------------------------------------------------
 
 

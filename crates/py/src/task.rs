@@ -37,7 +37,7 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyString, PyTuple, PyType};
 use pyo3::PyTraverseError;
 
 use crate::cell::LoopCell;
@@ -293,15 +293,110 @@ unsafe extern "C" fn task_wakeup_entry(
     })
 }
 
-/// asyncio's Future type (the C one) and three of its method descriptors: a task waits on such a
-/// future through them, called by vectorcall with the future as `self`, which skips the method
-/// lookup on the instance (about 100 instructions each). Only for an instance of exactly that
-/// type; any other future-like object goes through attribute lookup.
+/// asyncio's Future type (the C one), two of its method descriptors and two of its attribute
+/// descriptors: a task waits on such a future through them, the methods called by vectorcall with
+/// the future as `self` (which skips the method lookup on the instance, about 100 instructions
+/// each), the attributes `_asyncio_future_blocking` and `_loop` read and written through their
+/// getset functions (a generic attribute access walks the type's lookup for each: about 150
+/// instructions per get or set). Only for an instance of exactly that type, where those
+/// descriptors are what attribute access finds (they are data descriptors, so an instance dict
+/// cannot shadow them); any other future-like object goes through attribute lookup.
 struct FutureMethods {
     ty: Py<PyAny>,
-    get_loop: Py<PyAny>,
     add_done_callback: Py<PyAny>,
     result: Py<PyAny>,
+    /// `result`'s C function when it takes no arguments (`METH_NOARGS`), called directly.
+    result_fn: Option<ffi::PyCFunction>,
+    blocking: GetSet,
+    loop_: GetSet,
+}
+
+/// A getset descriptor's functions, taken from its `PyGetSetDef`.
+struct GetSet {
+    get: ffi::getter,
+    set: Option<ffi::setter>,
+    closure: *mut std::ffi::c_void,
+}
+
+// SAFETY: the functions and the closure belong to a static `PyGetSetDef` of the `_asyncio`
+// extension module, which is never unloaded; they are only called with the GIL held.
+unsafe impl Send for GetSet {}
+// SAFETY: as above; nothing in a `GetSet` is mutated after it is made.
+unsafe impl Sync for GetSet {}
+
+impl GetSet {
+    /// The functions of `ty.__dict__[name]` if it is a getset descriptor with a getter.
+    fn of(ty: &Bound<'_, PyAny>, name: &str) -> Option<Self> {
+        let descr = ty.getattr("__dict__").ok()?.get_item(name).ok()?;
+        // Only the static type object's address is taken.
+        let getset_type = std::ptr::addr_of_mut!(ffi::PyGetSetDescr_Type);
+        if !std::ptr::eq(descr.get_type_ptr(), getset_type) {
+            return None;
+        }
+        // SAFETY: `descr` is exactly a getset descriptor, so its layout is
+        // `PyGetSetDescrObject` and `d_getset` points to its type's static `PyGetSetDef`.
+        let def = unsafe { &*(*descr.as_ptr().cast::<ffi::PyGetSetDescrObject>()).d_getset };
+        Some(Self {
+            get: def.get?,
+            set: def.set,
+            closure: def.closure,
+        })
+    }
+
+    /// `obj.<name>`; `obj` must be an instance of the descriptor's type.
+    fn get<'py>(&self, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        // SAFETY: we hold the GIL; `obj` is a live instance of the type the getter belongs to
+        // (the caller checked its exact type); a new reference or NULL with an exception set
+        // comes back.
+        unsafe { Bound::from_owned_ptr_or_err(obj.py(), (self.get)(obj.as_ptr(), self.closure)) }
+    }
+
+    /// `obj.<name> = value`; `obj` must be an instance of the descriptor's type.
+    fn set(&self, obj: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let Some(set) = self.set else {
+            return Err(PyAttributeError::new_err("readonly attribute"));
+        };
+        // SAFETY: as in `get`; the setter borrows `value` and returns 0, or -1 with an
+        // exception set.
+        if unsafe { set(obj.as_ptr(), value.as_ptr(), self.closure) } < 0 {
+            return Err(PyErr::fetch(obj.py()));
+        }
+        Ok(())
+    }
+}
+
+/// The C function of `ty.__dict__[name]` if it is a method descriptor of a `METH_NOARGS`
+/// method.
+fn noargs_fn(ty: &Bound<'_, PyAny>, name: &str) -> Option<ffi::PyCFunction> {
+    let descr = ty.getattr("__dict__").ok()?.get_item(name).ok()?;
+    // Only the static type object's address is taken.
+    let method_type = std::ptr::addr_of_mut!(ffi::PyMethodDescr_Type);
+    if !std::ptr::eq(descr.get_type_ptr(), method_type) {
+        return None;
+    }
+    // SAFETY: `descr` is exactly a method descriptor, so its layout is `PyMethodDescrObject`
+    // and `d_method` points to its type's static `PyMethodDef`; for `METH_NOARGS` the union
+    // holds a `PyCFunction`.
+    unsafe {
+        let def = &*(*descr.as_ptr().cast::<ffi::PyMethodDescrObject>()).d_method;
+        (def.ml_flags == ffi::METH_NOARGS).then_some(def.ml_meth.PyCFunction)
+    }
+}
+
+impl FutureMethods {
+    /// `fut.result()`; `fut` is exactly of the C Future type.
+    fn result<'py>(&self, fut: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = fut.py();
+        match self.result_fn {
+            // SAFETY: we hold the GIL; `fut` is a live instance of the type the method belongs
+            // to; a METH_NOARGS function takes `(self, NULL)` and returns a new reference or
+            // NULL with an exception set.
+            Some(f) => unsafe {
+                Bound::from_owned_ptr_or_err(py, f(fut.as_ptr(), std::ptr::null_mut()))
+            },
+            None => vectorcall(self.result.bind(py), &[fut.as_ptr()], None),
+        }
+    }
 }
 
 static FUTURE_METHODS: PyOnceLock<Option<FutureMethods>> = PyOnceLock::new();
@@ -311,10 +406,12 @@ fn future_methods<'py>(py: Python<'py>, fut: &Bound<'py, PyAny>) -> Option<&'py 
         .get_or_init(py, || {
             let ty = crate::hooks::future_type(py).ok()?;
             Some(FutureMethods {
-                ty: ty.clone().unbind(),
-                get_loop: ty.getattr("get_loop").ok()?.unbind(),
                 add_done_callback: ty.getattr("add_done_callback").ok()?.unbind(),
                 result: ty.getattr("result").ok()?.unbind(),
+                result_fn: noargs_fn(ty, "result"),
+                blocking: GetSet::of(ty, "_asyncio_future_blocking")?,
+                loop_: GetSet::of(ty, "_loop")?,
+                ty: ty.clone().unbind(),
             })
         })
         .as_ref()?;
@@ -343,11 +440,13 @@ fn vectorcall<'py>(
 
 static CONTEXT_KWNAMES: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
 
-/// `("context",)`, the keyword names of an `add_done_callback(fn, context=ctx)` vectorcall.
+/// `("context",)`, the keyword names of an `add_done_callback(fn, context=ctx)` vectorcall. The
+/// name is interned, as the keywords of a C function's argument parser are, so the parser matches
+/// it by identity instead of comparing the strings.
 fn context_kwnames(py: Python<'_>) -> &Bound<'_, PyTuple> {
     CONTEXT_KWNAMES
         .get_or_init(py, || {
-            PyTuple::new(py, ["context"])
+            PyTuple::new(py, [PyString::intern(py, "context")])
                 .expect("a one-string tuple")
                 .unbind()
         })
@@ -625,10 +724,11 @@ impl Task {
     /// `task_wakeup`: the awaited future is done; its result decides between send and throw.
     fn wakeup(slf: &Bound<'_, Self>, fut: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = slf.py();
-        let exc = if let Ok(other) = fut.cast::<Task>() {
+        // Exact casts: `Task` cannot be subclassed, and a failed exact check costs no MRO walk.
+        let exc = if let Ok(other) = fut.cast_exact::<Task>() {
             other.get().result_impl(py).err()
         } else if let Some(m) = future_methods(py, fut) {
-            vectorcall(m.result.bind(py), &[fut.as_ptr()], None).err()
+            m.result(fut).err()
         } else {
             fut.call_method0(intern!(py, "result")).err()
         };
@@ -785,7 +885,7 @@ impl Task {
             return Self::error_soon(slf, &msg);
         }
         let loop_ = this.loop_of(py)?;
-        if let Ok(other) = result.cast::<Task>() {
+        if let Ok(other) = result.cast_exact::<Task>() {
             if !other.get().loop_of(py)?.is(&loop_) {
                 return Self::different_loop(slf, &result);
             }
@@ -804,24 +904,27 @@ impl Task {
         if result.is_none() {
             return Self::schedule(slf, None);
         }
-        let blocking = match result.getattr(intern!(py, "_asyncio_future_blocking")) {
-            Ok(b) => Some(b),
-            Err(e) if e.is_instance_of::<PyAttributeError>(py) => None,
-            Err(e) => return Err(e),
+        let c_future = future_methods(py, &result);
+        let blocking = match c_future {
+            Some(m) => Some(m.blocking.get(&result)?),
+            None => match result.getattr(intern!(py, "_asyncio_future_blocking")) {
+                Ok(b) => Some(b),
+                Err(e) if e.is_instance_of::<PyAttributeError>(py) => None,
+                Err(e) => return Err(e),
+            },
         };
         if let Some(blocking) = blocking.filter(|b| !b.is_none()) {
             let blocking = blocking.is_truthy()?;
-            let c_future = future_methods(py, &result);
-            let got_loop = match c_future {
-                Some(m) => vectorcall(m.get_loop.bind(py), &[result.as_ptr()], None),
-                None => result.call_method0(intern!(py, "get_loop")),
-            };
-            let fut_loop = match got_loop {
-                Ok(l) => l,
-                Err(e) if e.is_instance_of::<PyAttributeError>(py) => {
-                    result.getattr(intern!(py, "_loop"))?
-                }
-                Err(e) => return Err(e),
+            let fut_loop = match c_future {
+                // The C Task compares the future's loop field the same way.
+                Some(m) => m.loop_.get(&result)?,
+                None => match result.call_method0(intern!(py, "get_loop")) {
+                    Ok(l) => l,
+                    Err(e) if e.is_instance_of::<PyAttributeError>(py) => {
+                        result.getattr(intern!(py, "_loop"))?
+                    }
+                    Err(e) => return Err(e),
+                },
             };
             if !fut_loop.is(&loop_) {
                 return Self::different_loop(slf, &result);
@@ -829,7 +932,11 @@ impl Task {
             if !blocking {
                 return Self::yield_instead_of_yf(slf, &result);
             }
-            result.setattr(intern!(py, "_asyncio_future_blocking"), false)?;
+            let no = PyBool::new(py, false);
+            match c_future {
+                Some(m) => m.blocking.set(&result, &no)?,
+                None => result.setattr(intern!(py, "_asyncio_future_blocking"), no)?,
+            }
             let wakeup = Self::wakeup_fn(slf)?;
             let context = this.context_of(py)?;
             // `result.add_done_callback(wakeup, context=context)`, by vectorcall: no keyword
