@@ -2,7 +2,8 @@
 
 The server (`child.py BENCH serve LOOP PARAMS`, the loop under test) runs on core 0 and prints
 its address; the client, the same program for every server loop, runs on core 1 against it. For
-tcp, unix and udp that is echo_client.c (compiled once per run with `cc -O2`), whose CPU per
+tcp, unix and udp that is echo_client.c (compiled once per run with `cc -O2`, linked with
+OpenSSL's libssl and libcrypto, which it uses for tls when asked), whose CPU per
 message is nearly all the kernel's socket work, about 10 to 35% less than the Python client's; for
 tls, and for every transport after `use_client("python")` (run.py's `--echo-client python`), it
 is echo_client.py on uvloop. Every wait is bounded: the server has ANNOUNCE_TIMEOUT_S to open its
@@ -28,6 +29,8 @@ from launch import ChildFailed, child_command, parse_result, tail
 
 PYTHON_CLIENT = str(Path(__file__).with_name("echo_client.py"))
 C_CLIENT_SOURCE = Path(__file__).with_name("echo_client.c")
+C_CLIENT_FLAGS = ("-O2", "-Wall", "-Wextra")
+C_CLIENT_LIBS = ("-lssl", "-lcrypto")  # OpenSSL, for tls
 C_CLIENT_TRANSPORTS = ("tcp", "unix", "udp")  # tls: always the Python client
 CLIENTS = ("c", "python")
 ANNOUNCE_TIMEOUT_S = 30.0
@@ -56,12 +59,15 @@ def _build_c_client() -> tuple[str | None, str]:
     atexit.register(shutil.rmtree, out, ignore_errors=True)
     exe = out / "echo_client"
     built = subprocess.run(
-        [compiler, "-O2", "-Wall", "-Wextra", str(C_CLIENT_SOURCE), "-o", str(exe)],
+        [compiler, *C_CLIENT_FLAGS, str(C_CLIENT_SOURCE), "-o", str(exe), *C_CLIENT_LIBS],
         capture_output=True,
         text=True,
     )
     if built.returncode != 0:
-        return None, f"compiling echo_client.c failed:\n{tail(built.stderr)}"
+        return None, (
+            f"compiling echo_client.c failed:\n{tail(built.stderr)}\n"
+            "(it needs OpenSSL's headers and libraries: apt-get install libssl-dev)"
+        )
     return str(exe), ""
 
 
