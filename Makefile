@@ -76,6 +76,8 @@ fmt: $(STAMP) ## Format Rust and Python sources
 	$(VENV)/bin/ruff format .
 
 bench: build ## Loop benchmarks against asyncio, uvloop and rloop (tables + PNG in benchmarks/results)
+	@echo '#include <openssl/ssl.h>' | cc -E -x c - >/dev/null 2>&1 || { \
+		echo "OpenSSL headers not found (the echo client links OpenSSL): apt-get install -y libssl-dev"; exit 1; }
 	$(PIP) install -q uvloop rloop matplotlib
 	$(PY) benchmarks/loop/run.py
 

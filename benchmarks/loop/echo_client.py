@@ -17,11 +17,12 @@ datagram with no reply within LOSS_TIMEOUT_S is counted lost and the next one is
 costs time but never stops the run; a reply that arrives after that is counted late. At the end
 the client sends STOP until the server echoes it (the server then ends).
 
-The client prints `RESULT <json>`. It uses Protocols, the cheapest API asyncio offers, but it
-still costs about as much CPU per message as the server under test, so its core, not the
-server, tends to limit messages/s (`client_busy` near 1.0 says so). The tcp, unix and udp
-echoes therefore use echo_client.c by default, which does the same for those transports in C
-with epoll; this client drives tls, and every transport with run.py's `--echo-client python`.
+The client prints `RESULT <json>` (for tls with `tls`, the negotiated protocol and cipher). It
+uses Protocols, the cheapest API asyncio offers, but it still costs about as much CPU per
+message as the server under test, so its core, not the server, tends to limit messages/s
+(`client_busy` near 1.0 says so). The echoes therefore use echo_client.c by default, which does
+the same in C with epoll (and OpenSSL for tls); this client drives them with run.py's
+`--echo-client python`.
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ async def run_streams(config: dict) -> dict:
         ],
         CONNECT_TIMEOUT_S,
     )
+    tls = connections[0][0].get_extra_info("ssl_object")  # None unless transport is tls
     count, elapsed, cpu = await _measure(stats, config["warmup_s"], config["duration_s"])
     stats.stopping = True
     _, pending = await asyncio.wait(closed, timeout=CLOSE_TIMEOUT_S)
@@ -151,12 +153,15 @@ async def run_streams(config: dict) -> dict:
         for transport, _protocol in connections:
             if not transport.is_closing():
                 transport.abort()
-    return {
+    result = {
         "msgs_per_s": count / elapsed,
         "client_busy": cpu / elapsed,  # near 1.0: the client, not the server, limits
         "round_trips": stats.count,
         "problems": stats.problems,
     }
+    if tls is not None:
+        result["tls"] = f"{tls.version()} {tls.cipher()[0]}"
+    return result
 
 
 class DatagramClient(asyncio.DatagramProtocol):

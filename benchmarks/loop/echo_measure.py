@@ -1,11 +1,12 @@
 """Parent side of the echo benchmarks: one server child, one client process, results merged.
 
 The server (`child.py BENCH serve LOOP PARAMS`, the loop under test) runs on core 0 and prints
-its address; the client, the same program for every server loop, runs on core 1 against it. For
-tcp, unix and udp that is echo_client.c (compiled once per run with `cc -O2`), whose CPU per
-message is nearly all the kernel's socket work, about 10 to 35% less than the Python client's; for
-tls, and for every transport after `use_client("python")` (run.py's `--echo-client python`), it
-is echo_client.py on uvloop. Every wait is bounded: the server has ANNOUNCE_TIMEOUT_S to open its
+its address; the client, the same program for every server loop, runs on core 1 against it. That
+is echo_client.c (compiled once per run with `cc -O2`, linked with OpenSSL's libssl and
+libcrypto), whose CPU per message is nearly all the kernel's socket work (and over TLS OpenSSL's
+record work), about 10 to 35% less than the Python client's over tcp, unix and udp and a fifth
+of it over tls; after `use_client("python")` (run.py's `--echo-client python`) it is
+echo_client.py on uvloop. Every wait is bounded: the server has ANNOUNCE_TIMEOUT_S to open its
 socket, the client its planned time plus GRACE_S, the server GRACE_S more to finish after the
 client left. A server that cannot open this kind of server (NotImplementedError) makes the cell
 `unsupported`; a crash, a hang or a client that saw wrong data makes it failed or problematic.
@@ -28,18 +29,19 @@ from launch import ChildFailed, child_command, parse_result, tail
 
 PYTHON_CLIENT = str(Path(__file__).with_name("echo_client.py"))
 C_CLIENT_SOURCE = Path(__file__).with_name("echo_client.c")
-C_CLIENT_TRANSPORTS = ("tcp", "unix", "udp")  # tls: always the Python client
+C_CLIENT_FLAGS = ("-O2", "-Wall", "-Wextra")
+C_CLIENT_LIBS = ("-lssl", "-lcrypto")  # OpenSSL, for tls
 CLIENTS = ("c", "python")
 ANNOUNCE_TIMEOUT_S = 30.0
 GRACE_S = 20.0  # beyond the planned run time, before a stuck process is declared hung
 CLIENT_SETUP_S = 15.0  # connecting (and TLS handshakes) before the warm-up starts
 
 
-_client = "c"  # which client drives the tcp, unix and udp echoes in this run: see use_client()
+_client = "c"  # which client drives the echoes in this run: see use_client()
 
 
 def use_client(kind: str) -> None:
-    """Choose the client for the tcp, unix and udp echoes: "c" (the default) or "python"."""
+    """Choose the client for every echo: "c" (the default) or "python"."""
     global _client
     if kind not in CLIENTS:
         raise ValueError(f"unknown echo client {kind!r}; choose from {', '.join(CLIENTS)}")
@@ -56,23 +58,28 @@ def _build_c_client() -> tuple[str | None, str]:
     atexit.register(shutil.rmtree, out, ignore_errors=True)
     exe = out / "echo_client"
     built = subprocess.run(
-        [compiler, "-O2", "-Wall", "-Wextra", str(C_CLIENT_SOURCE), "-o", str(exe)],
+        [compiler, *C_CLIENT_FLAGS, str(C_CLIENT_SOURCE), "-o", str(exe), *C_CLIENT_LIBS],
         capture_output=True,
         text=True,
     )
     if built.returncode != 0:
-        return None, f"compiling echo_client.c failed:\n{tail(built.stderr)}"
+        return None, (
+            f"compiling echo_client.c failed:\n{tail(built.stderr)}\n"
+            "(it needs OpenSSL's headers and libraries: apt-get install libssl-dev)"
+        )
     return str(exe), ""
 
 
 def _client_command(transport: str) -> Callable[[dict], list[str]]:
     """How to start the client for TRANSPORT, given its config; builds the C client once."""
-    if _client == "python" or transport not in C_CLIENT_TRANSPORTS:
+    if _client == "python":
         return lambda config: [sys.executable, PYTHON_CLIENT, json.dumps(config)]
     exe, why_not = _build_c_client()
     if exe is None:
         raise ChildFailed(f"{why_not}\n(or run with --echo-client python)")
     keys = ("transport", "address", "clients", "size", "warmup_s", "duration_s")
+    if transport == "tls":
+        keys += ("cafile",)
     return lambda config: [exe, *(str(config[key]) for key in keys)]
 
 
@@ -172,7 +179,7 @@ def measure(
     info["client_loop"] = client["client_loop"]
     info["client_busy"] = round(client["client_busy"], 3)
     info["client_round_trips"] = client["round_trips"]
-    for key in ("lost", "late"):
+    for key in ("lost", "late", "tls"):
         if key in client:
             info[key] = client[key]
     server_messages = info.get("echoed_bytes", 0) / params["size"]

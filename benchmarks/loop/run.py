@@ -5,9 +5,9 @@
 
 Every measurement runs in a fresh process pinned to core 0 (the echo clients to core 1), one
 loop per process; repeats are interleaved across loops so slow drift on a noisy machine spreads
-over every column. The tcp, unix and udp echoes are driven by echo_client.c unless
-`--echo-client python` asks for echo_client.py (which always drives tls). Results:
-benchmarks/results/loop.{md,json,png}. See benchmarks/README.md.
+over every column. The echoes (tcp, unix, udp and tls) are driven by echo_client.c unless
+`--echo-client python` asks for echo_client.py. Results: benchmarks/results/loop.{md,json,png}.
+See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--echo-client",
         choices=echo_measure.CLIENTS,
         default="c",
-        help="load generator of the tcp, unix and udp echoes: c (echo_client.c, compiled with "
-        "cc; default) or python (echo_client.py on uvloop, which always drives tls)",
+        help="load generator of the echoes: c (echo_client.c, compiled with cc and linked with "
+        "OpenSSL; default) or python (echo_client.py on uvloop)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"output dir (default {RESULTS})")
     args = parser.parse_args(argv)

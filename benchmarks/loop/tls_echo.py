@@ -6,10 +6,11 @@ encrypted through `ssl.SSLObject` and memory BIOs, with the loop's SSL protocol 
 `sslproto` or the loop's own) between the socket and user code. The AES work is the same for
 every loop; the buffering and calls around it are what a loop can make cheaper. The server uses
 CPython's test certificate `keycert3.pem` (CN localhost, signed by `pycacert.pem`); the client
-(a separate process on core 1, echo_client.py, the same for every server loop) verifies it
-against `pycacert.pem` with server_hostname `localhost`. Handshakes happen before the warm-up
-and are not measured. 64 connections each keep one 1 KiB request in flight. Server CPU per
-message is reported as for the TCP Protocol echo.
+(a separate process on core 1, the same for every server loop: echo_client.c with OpenSSL, or
+echo_client.py with `--echo-client python`) verifies it against `pycacert.pem` with the name
+`localhost`. Handshakes happen before the warm-up and are not measured; at the end each
+connection exchanges close_notify with the server. 64 connections each keep one 1 KiB request
+in flight. Server CPU per message is reported as for the TCP Protocol echo.
 
 Without CPython's `test` package (some distributions ship Python without it) the benchmark is
 skipped, with a message saying so.
