@@ -36,7 +36,7 @@ pub struct Guard<'a, T> {
 }
 
 impl<T> LoopCell<T> {
-    pub fn new(value: T) -> Self {
+    pub const fn new(value: T) -> Self {
         Self {
             borrowed: AtomicBool::new(false),
             value: UnsafeCell::new(value),

@@ -363,7 +363,7 @@ impl LoopCore {
                 }
             }
         }
-        let handle = Py::new(
+        let handle = crate::handle_alloc::new_handle(
             py,
             Self::make_handle(slf, "call_soon", callback, args, context, debug)?,
         )?;
@@ -593,7 +593,7 @@ impl LoopCore {
             return Err(closed_error());
         }
         let debug = this.flags.debug();
-        let handle = Py::new(
+        let handle = crate::handle_alloc::new_handle(
             py,
             Self::make_handle(
                 slf,
