@@ -240,6 +240,11 @@ impl LoopCore {
     }
 
     /// Builds a handle for `callback(*args)` (context copied when not given).
+    #[allow(
+        clippy::inline_always,
+        reason = "built in place in its caller's handle: -77 instructions per call_soon under callgrind, with new_handle's"
+    )]
+    #[inline(always)]
     fn make_handle(
         slf: &Bound<'_, Self>,
         method: &str,
