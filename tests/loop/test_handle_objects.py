@@ -149,3 +149,13 @@ def test_a_handle_made_after_a_weakly_referenced_one_was_freed_has_no_weak_refer
     assert [weakref.getweakrefcount(h) for h in handles] == [0] * 10
     for handle in handles:
         handle.cancel()
+
+
+def test_handles_expose_their_callback_and_arguments_until_cancelled(loop):
+    for args in [(), ("a",), ("a", "b")]:
+        for handle in (loop.call_soon(greet, *args), loop.call_later(10, greet, *args)):
+            assert handle._callback is greet
+            assert handle._args == args
+            handle.cancel()
+            assert handle._callback is None
+            assert handle._args is None

@@ -367,7 +367,7 @@ unsafe fn dispatch(
     }
     let context = (nkw == 1).then(|| arg(nargs));
     let rest = match nargs - fixed {
-        0 => CallArgs::none(py),
+        0 => CallArgs::Empty,
         1 => CallArgs::One(arg(fixed).clone().unbind()),
         _ => CallArgs::Tuple(PyTuple::new(py, (fixed..nargs).map(arg))?.unbind()),
     };

@@ -340,8 +340,8 @@ impl LoopCore {
         if !debug {
             if let Some(ctx) = context.filter(|c| !c.is_none()) {
                 let is_step = match &args {
-                    CallArgs::Tuple(t) => {
-                        t.bind(py).is_empty() && crate::hooks::is_task_step(callback)
+                    CallArgs::Empty | CallArgs::Tuple(_) => {
+                        args.is_empty(py) && crate::hooks::is_task_step(callback)
                     }
                     CallArgs::One(_) => {
                         crate::hooks::is_task_wakeup(callback)
@@ -349,10 +349,12 @@ impl LoopCore {
                     }
                 };
                 if is_step {
-                    // The argument moves into the entry; the empty tuple is released as a
-                    // `Bound` (a plain decref; a `Py` drop reads a thread-local first).
+                    // The argument moves into the entry; an empty tuple (a caller's) is
+                    // released as a `Bound` (a plain decref; a `Py` drop reads a thread-local
+                    // first).
                     let arg = match args {
                         CallArgs::One(a) => Some(a),
+                        CallArgs::Empty => None,
                         CallArgs::Tuple(t) => {
                             drop(t.into_bound(py));
                             None
