@@ -43,10 +43,9 @@ impl<T> LoopCell<T> {
         }
     }
 
-    /// The value, through an exclusive reference to the cell (no flag needed: nothing else can
-    /// reach it).
-    pub fn get_mut(&mut self) -> &mut T {
-        self.value.get_mut()
+    /// The value, out of the cell (no flag needed: the cell is consumed).
+    pub fn into_inner(self) -> T {
+        self.value.into_inner()
     }
 
     /// Borrows the state or explains why it cannot.

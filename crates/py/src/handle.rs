@@ -164,7 +164,8 @@ struct Inner {
 
 #[pyclass(module = "ferroloop", name = "Handle", subclass, frozen, weakref)]
 pub struct Handle {
-    inner: LoopCell<Inner>,
+    // `ManuallyDrop`: taken apart by `Drop for Handle` (no second pass over the emptied state).
+    inner: ManuallyDrop<LoopCell<Inner>>,
     cancelled: AtomicBool,
     /// The direct call for a native callback (`native_call.rs`), found when the handle is made.
     native: Option<NativeCall>,
@@ -183,25 +184,30 @@ impl Drop for Handle {
     fn drop(&mut self) {
         // SAFETY: see above: whoever drops a Handle holds the GIL.
         let py = unsafe { Python::assume_attached() };
-        let inner = std::mem::take(self.inner.get_mut());
-        if let Some(callback) = inner.callback {
-            drop(callback.into_bound(py));
-        }
-        match inner.args {
-            Some(CallArgs::One(a)) => drop(a.into_bound(py)),
-            Some(CallArgs::Tuple(t)) => drop(t.into_bound(py)),
-            Some(CallArgs::Empty) | None => {}
-        }
-        if let Some(repr) = inner.repr {
-            drop(repr.into_bound(py));
-        }
-        // SAFETY: this is the handle's drop; neither field is used again.
-        let (context, loop_) = unsafe {
+        // SAFETY: this is the handle's drop; none of the three fields is used again.
+        let (inner, context, loop_) = unsafe {
             (
+                ManuallyDrop::take(&mut self.inner),
                 ManuallyDrop::take(&mut self.context),
                 ManuallyDrop::take(&mut self.loop_),
             )
         };
+        let Inner {
+            callback,
+            args,
+            repr,
+        } = inner.into_inner();
+        if let Some(callback) = callback {
+            drop(callback.into_bound(py));
+        }
+        match args {
+            Some(CallArgs::One(a)) => drop(a.into_bound(py)),
+            Some(CallArgs::Tuple(t)) => drop(t.into_bound(py)),
+            Some(CallArgs::Empty) | None => {}
+        }
+        if let Some(repr) = repr {
+            drop(repr.into_bound(py));
+        }
         drop(context.into_bound(py));
         drop(loop_.into_bound(py));
     }
@@ -218,11 +224,11 @@ impl Handle {
     ) -> Self {
         let native = crate::native_call::lookup(callback.bind(py), &args);
         Self {
-            inner: LoopCell::new(Inner {
+            inner: ManuallyDrop::new(LoopCell::new(Inner {
                 callback: Some(callback),
                 args: Some(args),
                 repr: None,
-            }),
+            })),
             cancelled: AtomicBool::new(false),
             native,
             context: ManuallyDrop::new(context),
@@ -447,7 +453,7 @@ pub(crate) fn detached(py: Python<'_>) -> PyResult<Py<Handle>> {
             Py::new(
                 py,
                 Handle {
-                    inner: LoopCell::new(Inner::default()),
+                    inner: ManuallyDrop::new(LoopCell::new(Inner::default())),
                     cancelled: AtomicBool::new(true),
                     native: None,
                     context: ManuallyDrop::new(py.None()),
