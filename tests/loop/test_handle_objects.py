@@ -96,3 +96,66 @@ def test_plain_handles_compare_by_identity(loop):
     assert first != second
     first.cancel()
     second.cancel()
+
+
+def _run_and_free_handles(loop, count=50):
+    """Makes, runs and frees `count` call_soon handles, so that later handles can reuse their
+    memory (ferroloop keeps freed handles' memory for the next ones)."""
+    for _ in range(count):
+        loop.call_soon(greet, "x")
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    gc.collect()
+
+
+def test_handles_made_after_others_were_freed_are_tracked_by_the_collector(loop):
+    _run_and_free_handles(loop)
+    handles = [loop.call_soon(greet, n) for n in range(10)]
+    assert all(gc.is_tracked(h) for h in handles)
+    for handle in handles:
+        handle.cancel()
+
+
+def test_a_cycle_through_a_handle_made_after_others_were_freed_is_collected(loop):
+    class Holder:
+        def method(self):
+            pass
+
+    _run_and_free_handles(loop)
+    refs = []
+    for _ in range(10):
+        holder = Holder()
+        # holder -> handle -> bound method -> holder
+        holder.handle = loop.call_soon(holder.method)
+        refs.append(weakref.ref(holder))
+    del holder
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * 10
+
+
+def test_a_handle_made_after_a_weakly_referenced_one_was_freed_has_no_weak_references(loop):
+    fired = []
+    handle = loop.call_soon(greet, "a")
+    ref = weakref.ref(handle, fired.append)
+    del handle
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    gc.collect()
+    assert ref() is None
+    assert fired == [ref]
+    handles = [loop.call_soon(greet, n) for n in range(10)]
+    assert [weakref.getweakrefcount(h) for h in handles] == [0] * 10
+    for handle in handles:
+        handle.cancel()
+
+
+def test_handles_expose_their_callback_and_arguments_until_cancelled(loop):
+    for args in [(), ("a",), ("a", "b")]:
+        for handle in (loop.call_soon(greet, *args), loop.call_later(10, greet, *args)):
+            assert handle._callback is greet
+            assert handle._args == args
+            handle.cancel()
+            assert handle._callback is None
+            assert handle._args is None

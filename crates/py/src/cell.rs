@@ -36,17 +36,16 @@ pub struct Guard<'a, T> {
 }
 
 impl<T> LoopCell<T> {
-    pub fn new(value: T) -> Self {
+    pub const fn new(value: T) -> Self {
         Self {
             borrowed: AtomicBool::new(false),
             value: UnsafeCell::new(value),
         }
     }
 
-    /// The value, through an exclusive reference to the cell (no flag needed: nothing else can
-    /// reach it).
-    pub fn get_mut(&mut self) -> &mut T {
-        self.value.get_mut()
+    /// The value, out of the cell (no flag needed: the cell is consumed).
+    pub fn into_inner(self) -> T {
+        self.value.into_inner()
     }
 
     /// Borrows the state or explains why it cannot.

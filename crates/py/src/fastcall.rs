@@ -124,8 +124,12 @@ static GET_DEBUG: MethodDef = MethodDef(ffi::PyMethodDef {
 pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
     let py = cls.py();
     let core = py.get_type::<LoopCore>();
+    // `call_soon` binds once per loop and calls its function directly (`cached_method.rs`).
+    cls.setattr(
+        "call_soon",
+        crate::cached_method::wrap(&CALL_SOON, cls.cast()?)?,
+    )?;
     for (name, def) in [
-        ("call_soon", &CALL_SOON),
         ("call_later", &CALL_LATER),
         ("call_at", &CALL_AT),
         ("create_task", &CREATE_TASK),
@@ -140,11 +144,7 @@ pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
                 ffi::PyDescr_NewMethod(core.as_type_ptr(), std::ptr::addr_of!(def.0).cast_mut()),
             )
         }?;
-        if name == "call_soon" {
-            cls.setattr(name, crate::cached_method::wrap(&descr, cls.cast()?)?)?;
-        } else {
-            cls.setattr(name, descr)?;
-        }
+        cls.setattr(name, descr)?;
     }
     Ok(())
 }
@@ -367,7 +367,7 @@ unsafe fn dispatch(
     }
     let context = (nkw == 1).then(|| arg(nargs));
     let rest = match nargs - fixed {
-        0 => CallArgs::none(py),
+        0 => CallArgs::Empty,
         1 => CallArgs::One(arg(fixed).clone().unbind()),
         _ => CallArgs::Tuple(PyTuple::new(py, (fixed..nargs).map(arg))?.unbind()),
     };

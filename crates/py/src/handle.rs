@@ -34,32 +34,41 @@ use crate::event_loop::LoopCore;
 use crate::hooks;
 use crate::native_call::NativeCall;
 
-/// A callback's positional arguments. One argument is kept without a tuple: `call_soon(cb, arg)`
-/// is the common shape (every done callback of a C `Future`, `fut.set_result` scheduled with its
-/// value), and the call is made with vectorcall, so no tuple is allocated or freed for it.
+/// A callback's positional arguments. None and one argument are kept without a tuple:
+/// `call_soon(cb)` and `call_soon(cb, arg)` are the common shapes (every done callback of a C
+/// `Future`, `fut.set_result` scheduled with its value), and the call is made with vectorcall, so
+/// no tuple is allocated, referenced or freed for them.
 pub(crate) enum CallArgs {
+    /// No arguments (asyncio's `_args` is the empty tuple).
+    Empty,
     One(Py<PyAny>),
+    /// Two or more arguments (or an empty tuple, if a caller built one).
     Tuple(Py<PyTuple>),
 }
 
 impl CallArgs {
-    /// No arguments (the shared empty tuple).
-    pub(crate) fn none(py: Python<'_>) -> Self {
-        Self::Tuple(PyTuple::empty(py).unbind())
+    /// From an argument tuple; no argument or a single one is taken out of it.
+    pub(crate) fn from_tuple(args: Bound<'_, PyTuple>) -> PyResult<Self> {
+        Ok(match args.len() {
+            0 => Self::Empty,
+            1 => Self::One(args.get_item(0)?.unbind()),
+            _ => Self::Tuple(args.unbind()),
+        })
     }
 
-    /// From an argument tuple; a single argument is taken out of it.
-    pub(crate) fn from_tuple(args: Bound<'_, PyTuple>) -> PyResult<Self> {
-        Ok(if args.len() == 1 {
-            Self::One(args.get_item(0)?.unbind())
-        } else {
-            Self::Tuple(args.unbind())
-        })
+    /// Whether there are no arguments.
+    pub(crate) fn is_empty(&self, py: Python<'_>) -> bool {
+        match self {
+            Self::Empty => true,
+            Self::One(_) => false,
+            Self::Tuple(t) => t.bind(py).is_empty(),
+        }
     }
 
     /// The arguments as a tuple (asyncio's `Handle._args`); made anew for a single argument.
     pub(crate) fn to_tuple(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
         match self {
+            Self::Empty => Ok(PyTuple::empty(py).unbind()),
             Self::One(a) => Ok(PyTuple::new(py, [a])?.unbind()),
             Self::Tuple(t) => Ok(t.clone_ref(py)),
         }
@@ -67,6 +76,7 @@ impl CallArgs {
 
     fn clone_ref(&self, py: Python<'_>) -> Self {
         match self {
+            Self::Empty => Self::Empty,
             Self::One(a) => Self::One(a.clone_ref(py)),
             Self::Tuple(t) => Self::Tuple(t.clone_ref(py)),
         }
@@ -76,6 +86,7 @@ impl CallArgs {
     /// is a plain decref; a `Py` drop checks a thread-local GIL counter first).
     fn bind_clone<'py>(&self, py: Python<'py>) -> BoundArgs<'py> {
         match self {
+            Self::Empty => BoundArgs::Empty,
             Self::One(a) => BoundArgs::One(a.bind(py).clone()),
             Self::Tuple(t) => BoundArgs::Tuple(t.bind(py).clone()),
         }
@@ -83,6 +94,7 @@ impl CallArgs {
 
     fn visit(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
         match self {
+            Self::Empty => Ok(()),
             Self::One(a) => visit.call(a),
             Self::Tuple(t) => visit.call(t),
         }
@@ -117,6 +129,7 @@ pub(crate) fn call_one<'py>(
 
 /// `CallArgs` held for one call.
 enum BoundArgs<'py> {
+    Empty,
     One(Bound<'py, PyAny>),
     Tuple(Bound<'py, PyTuple>),
 }
@@ -126,13 +139,14 @@ impl<'py> BoundArgs<'py> {
     fn single(&self) -> Option<&Bound<'py, PyAny>> {
         match self {
             Self::One(a) => Some(a),
-            Self::Tuple(_) => None,
+            Self::Empty | Self::Tuple(_) => None,
         }
     }
 
     /// `callback(*args)`.
     fn call(&self, callback: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         match self {
+            Self::Empty => callback.call0(),
             Self::One(a) => call_one(callback, a),
             Self::Tuple(t) if t.is_empty() => callback.call0(),
             Self::Tuple(t) => callback.call1(t),
@@ -150,7 +164,8 @@ struct Inner {
 
 #[pyclass(module = "ferroloop", name = "Handle", subclass, frozen, weakref)]
 pub struct Handle {
-    inner: LoopCell<Inner>,
+    // `ManuallyDrop`: taken apart by `Drop for Handle` (no second pass over the emptied state).
+    inner: ManuallyDrop<LoopCell<Inner>>,
     cancelled: AtomicBool,
     /// The direct call for a native callback (`native_call.rs`), found when the handle is made.
     native: Option<NativeCall>,
@@ -169,25 +184,30 @@ impl Drop for Handle {
     fn drop(&mut self) {
         // SAFETY: see above: whoever drops a Handle holds the GIL.
         let py = unsafe { Python::assume_attached() };
-        let inner = std::mem::take(self.inner.get_mut());
-        if let Some(callback) = inner.callback {
-            drop(callback.into_bound(py));
-        }
-        match inner.args {
-            Some(CallArgs::One(a)) => drop(a.into_bound(py)),
-            Some(CallArgs::Tuple(t)) => drop(t.into_bound(py)),
-            None => {}
-        }
-        if let Some(repr) = inner.repr {
-            drop(repr.into_bound(py));
-        }
-        // SAFETY: this is the handle's drop; neither field is used again.
-        let (context, loop_) = unsafe {
+        // SAFETY: this is the handle's drop; none of the three fields is used again.
+        let (inner, context, loop_) = unsafe {
             (
+                ManuallyDrop::take(&mut self.inner),
                 ManuallyDrop::take(&mut self.context),
                 ManuallyDrop::take(&mut self.loop_),
             )
         };
+        let Inner {
+            callback,
+            args,
+            repr,
+        } = inner.into_inner();
+        if let Some(callback) = callback {
+            drop(callback.into_bound(py));
+        }
+        match args {
+            Some(CallArgs::One(a)) => drop(a.into_bound(py)),
+            Some(CallArgs::Tuple(t)) => drop(t.into_bound(py)),
+            Some(CallArgs::Empty) | None => {}
+        }
+        if let Some(repr) = repr {
+            drop(repr.into_bound(py));
+        }
         drop(context.into_bound(py));
         drop(loop_.into_bound(py));
     }
@@ -204,11 +224,11 @@ impl Handle {
     ) -> Self {
         let native = crate::native_call::lookup(callback.bind(py), &args);
         Self {
-            inner: LoopCell::new(Inner {
+            inner: ManuallyDrop::new(LoopCell::new(Inner {
                 callback: Some(callback),
                 args: Some(args),
                 repr: None,
-            }),
+            })),
             cancelled: AtomicBool::new(false),
             native,
             context: ManuallyDrop::new(context),
@@ -359,7 +379,7 @@ impl Ready {
         }
         // The report names a handle, as for any callback: made now, on this cold path.
         let args = match arg {
-            None => CallArgs::none(py),
+            None => CallArgs::Empty,
             Some(a) => CallArgs::One(a.clone().unbind()),
         };
         let handle = Bound::new(
@@ -396,7 +416,7 @@ impl Ready {
             Handle::new(
                 py,
                 step.unbind(),
-                CallArgs::none(py),
+                CallArgs::Empty,
                 context.unbind(),
                 loop_.clone().unbind(),
                 None,
@@ -433,7 +453,7 @@ pub(crate) fn detached(py: Python<'_>) -> PyResult<Py<Handle>> {
             Py::new(
                 py,
                 Handle {
-                    inner: LoopCell::new(Inner::default()),
+                    inner: ManuallyDrop::new(LoopCell::new(Inner::default())),
                     cancelled: AtomicBool::new(true),
                     native: None,
                     context: ManuallyDrop::new(py.None()),

@@ -11,6 +11,7 @@ mod cell;
 pub mod event_loop;
 mod fastcall;
 mod handle;
+mod handle_alloc;
 mod hooks;
 mod native_call;
 mod server;
@@ -26,6 +27,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<event_loop::LoopCore>()?;
     m.add_class::<handle::Handle>()?;
     m.add_class::<handle::TimerHandle>()?;
+    handle_alloc::install(m.py())?;
     m.add_class::<sock_ops::SocketOperation>()?;
     m.add_class::<server::HttpServer>()?;
     m.add_class::<server::Conn>()?;

@@ -16,7 +16,8 @@
 //!   wrong type) go to the object's Python `__call__`, so errors are the same.
 //! - Types are compared exactly; the registered classes cannot be subclassed (none is
 //!   `subclass`), so an exact match is the same as `isinstance`.
-//! - The table is filled once, at module initialisation, before any handle exists.
+//! - The table is filled once, at module initialisation, before any handle exists, with PyO3
+//!   classes only (heap types: `lookup` skips the scan for a callback of a static type).
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -54,7 +55,14 @@ pub(crate) fn lookup(callback: &Bound<'_, PyAny>, args: &CallArgs) -> Option<Nat
             return None;
         }
     }
-    let ty = callback.get_type_ptr() as usize;
+    let ty = callback.get_type_ptr();
+    // The registered types are PyO3 classes, which are heap types; the usual callbacks
+    // (functions, bound methods, builtins) are of static types, ruled out without the scan.
+    // SAFETY: `ty` is the live type of a live object; only its flags are read.
+    if unsafe { ffi::PyType_HasFeature(ty, ffi::Py_TPFLAGS_HEAPTYPE) } == 0 {
+        return None;
+    }
+    let ty = ty as usize;
     TABLE
         .get(callback.py())?
         .iter()

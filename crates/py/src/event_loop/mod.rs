@@ -240,6 +240,11 @@ impl LoopCore {
     }
 
     /// Builds a handle for `callback(*args)` (context copied when not given).
+    #[allow(
+        clippy::inline_always,
+        reason = "built in place in its caller's handle: -77 instructions per call_soon under callgrind, with new_handle's"
+    )]
+    #[inline(always)]
     fn make_handle(
         slf: &Bound<'_, Self>,
         method: &str,
@@ -335,8 +340,8 @@ impl LoopCore {
         if !debug {
             if let Some(ctx) = context.filter(|c| !c.is_none()) {
                 let is_step = match &args {
-                    CallArgs::Tuple(t) => {
-                        t.bind(py).is_empty() && crate::hooks::is_task_step(callback)
+                    CallArgs::Empty | CallArgs::Tuple(_) => {
+                        args.is_empty(py) && crate::hooks::is_task_step(callback)
                     }
                     CallArgs::One(_) => {
                         crate::hooks::is_task_wakeup(callback)
@@ -344,10 +349,12 @@ impl LoopCore {
                     }
                 };
                 if is_step {
-                    // The argument moves into the entry; the empty tuple is released as a
-                    // `Bound` (a plain decref; a `Py` drop reads a thread-local first).
+                    // The argument moves into the entry; an empty tuple (a caller's) is
+                    // released as a `Bound` (a plain decref; a `Py` drop reads a thread-local
+                    // first).
                     let arg = match args {
                         CallArgs::One(a) => Some(a),
+                        CallArgs::Empty => None,
                         CallArgs::Tuple(t) => {
                             drop(t.into_bound(py));
                             None
@@ -363,7 +370,7 @@ impl LoopCore {
                 }
             }
         }
-        let handle = Py::new(
+        let handle = crate::handle_alloc::new_handle(
             py,
             Self::make_handle(slf, "call_soon", callback, args, context, debug)?,
         )?;
@@ -593,7 +600,7 @@ impl LoopCore {
             return Err(closed_error());
         }
         let debug = this.flags.debug();
-        let handle = Py::new(
+        let handle = crate::handle_alloc::new_handle(
             py,
             Self::make_handle(
                 slf,

@@ -589,7 +589,7 @@ impl HttpServer {
             slf.get().loop_.bind(py),
             delay.as_any(),
             &method,
-            crate::handle::CallArgs::none(py),
+            crate::handle::CallArgs::Empty,
             None,
         )?;
         Ok(timer.into_any())
