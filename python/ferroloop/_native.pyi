@@ -8,6 +8,7 @@ from typing_extensions import disjoint_base
 
 __all__ = [
     "DEBUG_BUILD",
+    "HANDLE_POOL",
     "Connection",
     "DatagramCore",
     "Handle",
@@ -27,6 +28,7 @@ __all__ = [
     "_install_task_registry",
 ]
 DEBUG_BUILD: bool
+HANDLE_POOL: bool
 
 def _install_fast_methods(cls: type) -> None: ...
 def _install_task_registry(registry: object) -> None: ...

@@ -136,6 +136,12 @@ pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
     Ok(())
 }
 
+/// Whether `install` found the layout it expects and pooling is on (`_native.HANDLE_POOL`, so a
+/// test notices when a PyO3 upgrade turns it off).
+pub(crate) fn installed(py: Python<'_>) -> bool {
+    LAYOUT.get(py).is_some()
+}
+
 /// `Py::new(py, handle)`, in a pooled block when there is one.
 #[allow(
     clippy::inline_always,
