@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import gc
 import weakref
 
@@ -141,6 +143,36 @@ def test_a_cycle_through_a_handle_made_after_others_were_freed_is_collected(loop
     loop.run_forever()
     gc.collect()
     assert [ref() for ref in refs] == [None] * 10
+
+
+def test_a_cycle_through_a_timer_handle_that_fired_is_collected(loop):
+    class Holder:
+        def method(self):
+            pass
+
+    refs = []
+    for _ in range(10):
+        holder = Holder()
+        # holder -> timer handle -> bound method -> holder, once the timer has fired
+        holder.handle = loop.call_later(0, holder.method)
+        refs.append(weakref.ref(holder))
+    del holder
+    loop.run_until_complete(asyncio.sleep(0.01))
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * 10
+
+
+def test_the_collector_sees_what_a_handle_holds(loop):
+    context = contextvars.copy_context()
+    for handle in (
+        loop.call_soon(greet, "x", context=context),
+        loop.call_later(3600, greet, "x", context=context),
+    ):
+        referents = gc.get_referents(handle)
+        assert any(r is greet for r in referents)
+        assert any(r is context for r in referents)
+        assert any(r is type(handle) for r in referents)
+        handle.cancel()
 
 
 def test_a_handle_made_after_a_weakly_referenced_one_was_freed_has_no_weak_references(loop):

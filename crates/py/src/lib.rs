@@ -28,6 +28,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<handle::Handle>()?;
     m.add_class::<handle::TimerHandle>()?;
     handle_alloc::install(m.py())?;
+    handle::install_traverse(m.py());
     m.add_class::<sock_ops::SocketOperation>()?;
     m.add_class::<server::HttpServer>()?;
     m.add_class::<server::Conn>()?;
