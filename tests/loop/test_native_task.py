@@ -520,6 +520,36 @@ def test_a_waited_future_is_no_longer_marked_blocking(loop, Task):
     assert loop.run_until_complete(task) == "woken"
 
 
+def test_the_collector_sees_what_a_task_holds(loop, Task):
+    # gc.get_referents runs the type's tp_traverse: ferroloop.Task has its own.
+    context = contextvars.copy_context()
+    coro = return_value(1)
+    task = Task(coro, loop=loop, context=context)
+    marker = object()
+    task.attribute = marker
+    referents = gc.get_referents(task)
+    assert any(r is coro for r in referents)
+    assert any(r is context for r in referents)
+    assert any(r is loop for r in referents)
+    assert any(isinstance(r, dict) and r.get("attribute") is marker for r in referents)
+    loop.run_until_complete(task)
+
+
+def test_a_cycle_through_a_finished_task_is_collected(loop, Task):
+    class Holder:
+        pass
+
+    refs = []
+    for _ in range(10):
+        holder = Holder()
+        holder.task = Task(return_value(holder), loop=loop)  # holder -> task -> result -> holder
+        loop.run_until_complete(holder.task)
+        refs.append(weakref.ref(holder))
+    del holder
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * 10
+
+
 # --- done callbacks ---------------------------------------------------------------------------
 
 
