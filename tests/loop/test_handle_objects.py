@@ -150,6 +150,7 @@ def test_a_cycle_through_a_timer_handle_that_fired_is_collected(loop):
         def method(self):
             pass
 
+    _fire_and_free_timers(loop)
     refs = []
     for _ in range(10):
         holder = Holder()
@@ -172,6 +173,32 @@ def test_the_collector_sees_what_a_handle_holds(loop):
         assert any(r is greet for r in referents)
         assert any(r is context for r in referents)
         assert any(r is type(handle) for r in referents)
+        handle.cancel()
+
+
+def _fire_and_free_timers(loop, count=50):
+    """Schedules, fires and frees `count` timer handles, so that later ones can reuse their
+    memory (ferroloop keeps freed timer handles' memory for the next ones)."""
+    for _ in range(count):
+        loop.call_later(0, greet, "x")
+    loop.run_until_complete(asyncio.sleep(0.01))
+    gc.collect()
+
+
+def test_timer_handles_made_after_others_fired_are_tracked_and_start_clean(loop):
+    fired = []
+    first = loop.call_later(0, greet, "a")
+    ref = weakref.ref(first, fired.append)
+    del first
+    _fire_and_free_timers(loop)
+    assert ref() is None
+    assert fired == [ref]
+    handles = [loop.call_later(3600, greet, n) for n in range(10)]
+    assert all(gc.is_tracked(h) for h in handles)
+    assert [weakref.getweakrefcount(h) for h in handles] == [0] * 10
+    assert [h._args for h in handles] == [(n,) for n in range(10)]
+    assert all(not h.cancelled() for h in handles)
+    for handle in handles:
         handle.cancel()
 
 

@@ -240,6 +240,19 @@ impl Handle {
         }
     }
 
+    /// A cancelled handle that holds nothing but `None`: the `detached()` one, and the sample
+    /// `handle_alloc` measures a `TimerHandle`'s layout with.
+    pub(crate) fn inert(py: Python<'_>) -> Self {
+        Self {
+            inner: ManuallyDrop::new(LoopCell::new(Inner::default())),
+            cancelled: AtomicBool::new(true),
+            native: None,
+            context: ManuallyDrop::new(py.None()),
+            loop_: ManuallyDrop::new(py.None()),
+            source_traceback: None,
+        }
+    }
+
     pub(crate) fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Relaxed)
     }
@@ -452,19 +465,7 @@ static DETACHED: PyOnceLock<Py<Handle>> = PyOnceLock::new();
 /// `_asyncio` is what passes those to `call_soon`, and it drops the result unread.
 pub(crate) fn detached(py: Python<'_>) -> PyResult<Py<Handle>> {
     DETACHED
-        .get_or_try_init(py, || {
-            Py::new(
-                py,
-                Handle {
-                    inner: ManuallyDrop::new(LoopCell::new(Inner::default())),
-                    cancelled: AtomicBool::new(true),
-                    native: None,
-                    context: ManuallyDrop::new(py.None()),
-                    loop_: ManuallyDrop::new(py.None()),
-                    source_traceback: None,
-                },
-            )
-        })
+        .get_or_try_init(py, || Py::new(py, Handle::inert(py)))
         .map(|h| h.clone_ref(py))
 }
 

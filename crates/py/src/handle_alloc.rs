@@ -1,4 +1,5 @@
-//! `Handle` objects made and freed without PyO3's generic path, their memory reused.
+//! `Handle` and `TimerHandle` objects made and freed without PyO3's generic path, their memory
+//! reused.
 //!
 //! Every `call_soon` of a callback makes a `Handle` (`call_soon_impl`, `call_soon_threadsafe`),
 //! and running it usually frees it. Through PyO3 that costs,
@@ -8,6 +9,11 @@
 //! Here a freed handle's memory goes to a small pool, and the next handle is built in it: only
 //! what a live handle needs is written (the header by `PyObject_Init`, the `Handle` value, the
 //! weak reference list), and the handle is tracked by the garbage collector again.
+//!
+//! `TimerHandle`s (`call_later`, `call_at`, every `asyncio.sleep` with a delay and every timeout)
+//! get the same in a pool of their own; a new one with the pool empty is allocated by the type's
+//! `tp_alloc` directly, where PyO3's two-level initialiser (the `Handle` part, then the
+//! `TimerHandle` part) cost about 750 instructions.
 //!
 //! PyO3's own `#[pyclass(freelist = N)]` is not used: it takes a mutex on every allocation and
 //! free, and an object it hands out again is never re-tracked by the collector (its `tp_dealloc`
@@ -21,7 +27,7 @@
 //!   every handle goes through PyO3.
 //! - `handle_dealloc` is the `Handle` type's `tp_dealloc` once `LAYOUT` is set. It pools only
 //!   instances whose type is exactly `Handle`; others reach it only through a Python subclass's
-//!   `subtype_dealloc` (`TimerHandle` has PyO3's own `tp_dealloc`) and go to PyO3's, kept in
+//!   `subtype_dealloc` (`TimerHandle` has its own, `timer_dealloc`) and go to PyO3's, kept in
 //!   `LAYOUT`.
 //! - A block in `POOL` is the memory of a dead exact `Handle`: allocated for the `Handle` type
 //!   by `PyType_GenericAlloc` (a GC header, then `tp_basicsize` bytes), untracked by the
@@ -33,9 +39,18 @@
 //!   NULL weak reference list written, and `PyObject_GC_Track`: a reused handle is tracked by the
 //!   collector exactly as a new one is (`tests/loop/test_handle_objects.py` checks that, that a
 //!   cycle through one is collected, and that it starts without weak references).
-//! - `POOL` is touched only with the GIL held (it is a `LoopCell`), in sections that run no
-//!   Python code. Pooled blocks are never returned to the allocator: at most 256 handles' worth
-//!   (about 30 KiB) per process, and PyO3 modules are initialised once per process.
+//! - `TIMER_LAYOUT` is set only after `LAYOUT`, and only if a `TimerHandle` instance is a
+//!   `Handle` instance as `LAYOUT` describes it (the same value and weak reference list offsets,
+//!   no dict), followed by the `TimerHandle` value and nothing else. `timer_dealloc` is then the
+//!   type's `tp_dealloc` (`TimerHandle` cannot be subclassed); `TIMER_POOL` holds dead
+//!   `TimerHandle`s under the same rules as `POOL`, and a block leaves it only in
+//!   `new_timer_handle`, which initialises and re-tracks it as `new_handle` does. A timer made
+//!   with the pool empty comes from `PyType_GenericAlloc`, already tracked and zeroed; its fields
+//!   are written before any Python code can run, so the collector never sees them zeroed.
+//! - `POOL` and `TIMER_POOL` are touched only with the GIL held (they are `LoopCell`s), in
+//!   sections that run no Python code. Pooled blocks are never returned to the allocator: at
+//!   most 256 handles' worth of each (about 30 KiB) per process, and PyO3 modules are
+//!   initialised once per process.
 
 use std::ptr::{self, NonNull};
 
@@ -45,7 +60,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
 use crate::cell::LoopCell;
-use crate::handle::Handle;
+use crate::handle::{Handle, TimerHandle};
 
 /// Blocks kept for reuse: a loop that runs N callbacks per iteration frees and makes about N
 /// handles in turn, so a few are enough for the steady state; the bound keeps a burst (a million
@@ -82,6 +97,50 @@ static POOL: LoopCell<Pool> = LoopCell::new(Pool {
     blocks: [const { None }; POOL_CAPACITY],
 });
 
+/// Where a `TimerHandle` instance keeps what `new_timer_handle` writes: its `Handle` part where a
+/// `Handle` keeps it (the same offsets), then the `TimerHandle` value.
+struct TimerLayout {
+    /// The `TimerHandle` type.
+    tp: Py<PyType>,
+    /// Byte offset of the `TimerHandle` value in the object.
+    value: usize,
+}
+
+static TIMER_LAYOUT: PyOnceLock<TimerLayout> = PyOnceLock::new();
+
+/// The memory of dead `TimerHandle`s, as `POOL` is for `Handle`s.
+static TIMER_POOL: LoopCell<Pool> = LoopCell::new(Pool {
+    len: 0,
+    blocks: [const { None }; POOL_CAPACITY],
+});
+
+/// A type's instance size fields.
+struct Sizes {
+    basicsize: usize,
+    itemsize: isize,
+    weaklist: usize,
+    dictoffset: isize,
+}
+
+/// The instance size fields of `tp`, if its sizes and weak reference offset are not negative.
+fn sizes(tp: *mut ffi::PyTypeObject) -> Option<Sizes> {
+    // SAFETY: callers pass a live type object (with the GIL held); its fields are only read.
+    let (basicsize, itemsize, weaklist, dictoffset) = unsafe {
+        (
+            (*tp).tp_basicsize,
+            (*tp).tp_itemsize,
+            (*tp).tp_weaklistoffset,
+            (*tp).tp_dictoffset,
+        )
+    };
+    Some(Sizes {
+        basicsize: usize::try_from(basicsize).ok()?,
+        itemsize,
+        weaklist: usize::try_from(weaklist).ok()?,
+        dictoffset,
+    })
+}
+
 /// Checks the `Handle` type's instance layout and installs `handle_dealloc` as its `tp_dealloc`.
 /// Called once, at module initialisation.
 pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
@@ -90,20 +149,17 @@ pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
     let sample = crate::handle::detached(py)?;
     let object = sample.as_ptr() as usize;
     let value = ptr::from_ref(sample.get()) as usize - object;
-    // SAFETY: we hold the GIL; `raw` is the live `Handle` type, whose fields are only read here.
-    let (basicsize, itemsize, weaklist, dictoffset, dealloc) = unsafe {
-        (
-            (*raw).tp_basicsize,
-            (*raw).tp_itemsize,
-            (*raw).tp_weaklistoffset,
-            (*raw).tp_dictoffset,
-            (*raw).tp_dealloc,
-        )
-    };
-    let (Ok(basicsize), Ok(weaklist)) = (usize::try_from(basicsize), usize::try_from(weaklist))
+    let Some(Sizes {
+        basicsize,
+        itemsize,
+        weaklist,
+        dictoffset,
+    }) = sizes(raw)
     else {
         return Ok(());
     };
+    // SAFETY: we hold the GIL; `raw` is the live `Handle` type; the slot is only read here.
+    let dealloc = unsafe { (*raw).tp_dealloc };
     let ptr_size = size_of::<*mut ffi::PyObject>();
     let value_end = value + size_of::<Handle>();
     // The value, then (after padding to a pointer's alignment) the weak reference list, then
@@ -132,6 +188,64 @@ pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
         // GIL held. `handle_dealloc` frees any instance that PyO3's `tp_dealloc` would (the
         // layout was checked above), and hands other types to that one.
         unsafe { (*raw).tp_dealloc = Some(handle_dealloc) };
+        install_timer(py)?;
+    }
+    Ok(())
+}
+
+/// Checks the `TimerHandle` type's instance layout against `Handle`'s and installs
+/// `timer_dealloc` as its `tp_dealloc`. Called by `install` once `Handle`'s layout is known.
+fn install_timer(py: Python<'_>) -> PyResult<()> {
+    let Some(layout) = LAYOUT.get(py) else {
+        return Ok(());
+    };
+    let tp = py.get_type::<TimerHandle>();
+    let raw = tp.as_type_ptr();
+    let sample = Py::new(
+        py,
+        PyClassInitializer::from(crate::handle::Handle::inert(py))
+            .add_subclass(TimerHandle::new(0.0)),
+    )?;
+    let sample = sample.bind(py);
+    let object = sample.as_ptr() as usize;
+    let handle_value = ptr::from_ref(sample.as_super().get()) as usize - object;
+    let value = ptr::from_ref(sample.get()) as usize - object;
+    let (
+        Some(Sizes {
+            basicsize,
+            itemsize,
+            weaklist,
+            dictoffset,
+        }),
+        Some(handle),
+    ) = (sizes(raw), sizes(layout.tp.as_ptr().cast()))
+    else {
+        return Ok(());
+    };
+    // A `Handle` instance as checked in `install`, then the `TimerHandle` value, then nothing.
+    let as_expected = itemsize == 0
+        && dictoffset == 0
+        && handle_value == layout.value
+        && weaklist == layout.weaklist
+        && value == handle.basicsize
+        && basicsize == value + size_of::<TimerHandle>();
+    if !as_expected {
+        return Ok(());
+    }
+    if TIMER_LAYOUT
+        .set(
+            py,
+            TimerLayout {
+                tp: tp.unbind(),
+                value,
+            },
+        )
+        .is_ok()
+    {
+        // SAFETY: `TimerHandle` is a heap type created by PyO3 (not subclassable); its slots are
+        // ours to set, with the GIL held. `timer_dealloc` frees its instances as PyO3's would
+        // (the layout was checked above).
+        unsafe { (*raw).tp_dealloc = Some(timer_dealloc) };
     }
     Ok(())
 }
@@ -139,7 +253,7 @@ pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
 /// Whether `install` found the layout it expects and pooling is on (`_native.HANDLE_POOL`, so a
 /// test notices when a PyO3 upgrade turns it off).
 pub(crate) fn installed(py: Python<'_>) -> bool {
-    LAYOUT.get(py).is_some()
+    LAYOUT.get(py).is_some() && TIMER_LAYOUT.get(py).is_some()
 }
 
 /// `Py::new(py, handle)`, in a pooled block when there is one.
@@ -152,12 +266,7 @@ pub(crate) fn new_handle(py: Python<'_>, handle: Handle) -> PyResult<Py<Handle>>
     let Some(layout) = LAYOUT.get(py) else {
         return Py::new(py, handle);
     };
-    let block = POOL.try_borrow_for_gc().and_then(|mut pool| {
-        let len = pool.len.checked_sub(1)?;
-        pool.len = len;
-        pool.blocks[len].take()
-    });
-    let Some(Block(block)) = block else {
+    let Some(block) = take_block(&POOL) else {
         return Py::new(py, handle);
     };
     let obj = block.as_ptr();
@@ -169,14 +278,7 @@ pub(crate) fn new_handle(py: Python<'_>, handle: Handle) -> PyResult<Py<Handle>>
     unsafe {
         ffi::PyObject_Init(obj, layout.tp.as_ptr().cast());
         ptr::write(obj.byte_add(layout.value).cast::<Handle>(), handle);
-        ptr::write(
-            obj.byte_add(layout.weaklist).cast::<*mut ffi::PyObject>(),
-            ptr::null_mut(),
-        );
-        ffi::PyObject_GC_Track(obj.cast());
-        Ok(Bound::from_owned_ptr(py, obj)
-            .cast_into_unchecked()
-            .unbind())
+        Ok(finish(py, obj, layout.weaklist, true))
     }
 }
 
@@ -201,12 +303,135 @@ unsafe extern "C" fn handle_dealloc(obj: *mut ffi::PyObject) {
     // read again); then the memory is pooled or freed with the type's `tp_free` (which pairs
     // with `PyType_GenericAlloc`), and the instance's reference to its heap type released last.
     unsafe {
+        dispose(obj, layout.weaklist, &POOL, || {
+            ptr::drop_in_place(obj.byte_add(layout.value).cast::<Handle>());
+        });
+    }
+}
+
+/// A new `TimerHandle` (`handle` its `Handle` part), in a pooled block when there is one, else
+/// allocated directly by the type's `tp_alloc` (PyO3's two-level initialiser cost about 750
+/// instructions per timer under callgrind).
+pub(crate) fn new_timer_handle(
+    py: Python<'_>,
+    handle: Handle,
+    timer: TimerHandle,
+) -> PyResult<Py<TimerHandle>> {
+    let (Some(layout), Some(timer_layout)) = (LAYOUT.get(py), TIMER_LAYOUT.get(py)) else {
+        return Py::new(py, PyClassInitializer::from(handle).add_subclass(timer));
+    };
+    let tp = timer_layout.tp.as_ptr().cast::<ffi::PyTypeObject>();
+    let (obj, pooled) = if let Some(block) = take_block(&TIMER_POOL) {
+        let obj = block.as_ptr();
+        // SAFETY: we hold the GIL; `block` is the memory of a dead `TimerHandle` that nothing
+        // else points to (module invariants): `PyObject_Init` makes it a live object of the type
+        // with one reference (ours); it is tracked below, after its fields are written.
+        unsafe { ffi::PyObject_Init(obj, tp) };
+        (obj, true)
+    } else {
+        // SAFETY: we hold the GIL; `tp` is the live `TimerHandle` type, whose `tp_alloc`
+        // (`PyType_GenericAlloc`) returns a zeroed, tracked instance with one reference, or NULL
+        // with an exception set. No Python code runs before its fields are written below, so the
+        // collector never sees the zeroed fields.
+        let obj = unsafe { ffi::PyType_GenericAlloc(tp, 0) };
+        if obj.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        (obj, false)
+    };
+    // SAFETY: `obj` is a live `TimerHandle` instance laid out as the layouts say (checked at
+    // `install`), whose fields are ours to initialise; a pooled block is tracked by the
+    // collector once they are written, as `new_handle` does; a new one already is.
+    unsafe {
+        ptr::write(obj.byte_add(layout.value).cast::<Handle>(), handle);
+        ptr::write(
+            obj.byte_add(timer_layout.value).cast::<TimerHandle>(),
+            timer,
+        );
+        Ok(finish(py, obj, layout.weaklist, pooled))
+    }
+}
+
+/// The common end of `new_handle` and `new_timer_handle`: an empty weak reference list, the
+/// collector's tracking if `track` (a block from a pool; `PyType_GenericAlloc` tracks what it
+/// returns), and the object as a `Py<T>` owning the one reference.
+///
+/// # Safety
+/// `obj` is a live instance of `T` (reference count 1, ours) whose values are written, with its
+/// weak reference list at `weaklist`, untracked exactly when `track` is true.
+unsafe fn finish<T>(
+    py: Python<'_>,
+    obj: *mut ffi::PyObject,
+    weaklist: usize,
+    track: bool,
+) -> Py<T> {
+    // SAFETY: see the function's contract.
+    unsafe {
+        ptr::write(
+            obj.byte_add(weaklist).cast::<*mut ffi::PyObject>(),
+            ptr::null_mut(),
+        );
+        if track {
+            ffi::PyObject_GC_Track(obj.cast());
+        }
+        Bound::from_owned_ptr(py, obj)
+            .cast_into_unchecked()
+            .unbind()
+    }
+}
+
+/// The `TimerHandle` type's `tp_dealloc` once `TIMER_LAYOUT` is set: as `handle_dealloc`, for
+/// the one type (`TimerHandle` cannot be subclassed), into `TIMER_POOL`.
+unsafe extern "C" fn timer_dealloc(obj: *mut ffi::PyObject) {
+    // SAFETY: CPython calls `tp_dealloc` with the GIL held.
+    let py = unsafe { Python::assume_attached() };
+    let (Some(layout), Some(timer_layout)) = (LAYOUT.get(py), TIMER_LAYOUT.get(py)) else {
+        return;
+    };
+    // SAFETY: CPython calls `tp_dealloc` once, on a `TimerHandle` whose last reference is gone,
+    // laid out as the layouts say: untracked before its fields are touched; weak references
+    // cleared while the values are intact; both values dropped once; then the memory pooled or
+    // freed with the type's `tp_free`, and the instance's reference to its type released last.
+    unsafe {
+        dispose(obj, layout.weaklist, &TIMER_POOL, || {
+            ptr::drop_in_place(obj.byte_add(timer_layout.value).cast::<TimerHandle>());
+            ptr::drop_in_place(obj.byte_add(layout.value).cast::<Handle>());
+        });
+    }
+}
+
+/// A dead handle's memory from `pool`, if it has any.
+fn take_block(pool: &LoopCell<Pool>) -> Option<NonNull<ffi::PyObject>> {
+    let mut pool = pool.try_borrow_for_gc()?;
+    let len = pool.len.checked_sub(1)?;
+    pool.len = len;
+    pool.blocks[len].take().map(|Block(block)| block)
+}
+
+/// The common end of `handle_dealloc` and `timer_dealloc`: untracks `obj`, clears its weak
+/// references while its values are intact (as CPython's own types do), drops the values
+/// (`drop_values`, once), pools the memory in `pool` or frees it with the type's `tp_free` (which
+/// pairs with `PyType_GenericAlloc`), and releases the instance's reference to its heap type last.
+///
+/// # Safety
+/// `obj` is an instance, laid out as the module's layouts say, of a type whose `tp_dealloc` is
+/// the caller, whose last reference is gone; `weaklist` is its weak reference list's offset;
+/// `drop_values` drops exactly the values the instance holds.
+unsafe fn dispose(
+    obj: *mut ffi::PyObject,
+    weaklist: usize,
+    pool: &LoopCell<Pool>,
+    drop_values: impl FnOnce(),
+) {
+    // SAFETY: see the function's contract; each step is valid on such an object in this order.
+    unsafe {
+        let tp = ffi::Py_TYPE(obj);
         ffi::PyObject_GC_UnTrack(obj.cast());
-        if !(*obj.byte_add(layout.weaklist).cast::<*mut ffi::PyObject>()).is_null() {
+        if !(*obj.byte_add(weaklist).cast::<*mut ffi::PyObject>()).is_null() {
             ffi::PyObject_ClearWeakRefs(obj);
         }
-        ptr::drop_in_place(obj.byte_add(layout.value).cast::<Handle>());
-        if !pool_block(NonNull::new_unchecked(obj)) {
+        drop_values();
+        if !pool_block_in(pool, NonNull::new_unchecked(obj)) {
             if let Some(free) = (*tp).tp_free {
                 free(obj.cast());
             }
@@ -215,10 +440,10 @@ unsafe extern "C" fn handle_dealloc(obj: *mut ffi::PyObject) {
     }
 }
 
-/// Puts a dead handle's memory in the pool; `false` if it is full (or in use: never, as no
-/// Python code runs while it is borrowed).
-fn pool_block(block: NonNull<ffi::PyObject>) -> bool {
-    let Some(mut pool) = POOL.try_borrow_for_gc() else {
+/// Puts a dead handle's memory in `pool`; `false` if it is full (or in use: never, as no Python
+/// code runs while it is borrowed).
+fn pool_block_in(pool: &LoopCell<Pool>, block: NonNull<ffi::PyObject>) -> bool {
+    let Some(mut pool) = pool.try_borrow_for_gc() else {
         return false;
     };
     let len = pool.len;

@@ -304,10 +304,7 @@ impl LoopCore {
             Self::check_thread(this.state.borrow(py)?.thread_id)?;
         }
         let base = Self::make_handle(slf, method, callback, args, context, debug)?;
-        let timer = Py::new(
-            py,
-            PyClassInitializer::from(base).add_subclass(TimerHandle::new(when)),
-        )?;
+        let timer = crate::handle_alloc::new_timer_handle(py, base, TimerHandle::new(when))?;
         let id = this
             .state
             .borrow(py)?
