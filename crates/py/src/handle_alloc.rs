@@ -11,9 +11,9 @@
 //! weak reference list), and the handle is tracked by the garbage collector again.
 //!
 //! `TimerHandle`s (`call_later`, `call_at`, every `asyncio.sleep` with a delay and every timeout)
-//! get the same in a pool of their own; a new one with the pool empty is allocated by the type's
-//! `tp_alloc` directly, where PyO3's two-level initialiser (the `Handle` part, then the
-//! `TimerHandle` part) cost about 750 instructions.
+//! get the same in a pool of their own. With a pool empty, a new handle of either type is
+//! allocated by the type's `tp_alloc` directly (`obtain`), where PyO3's initialiser goes through
+//! the base type's `tp_new` (and for a `TimerHandle` two levels: about 750 instructions).
 //!
 //! PyO3's own `#[pyclass(freelist = N)]` is not used: it takes a mutex on every allocation and
 //! free, and an object it hands out again is never re-tracked by the collector (its `tp_dealloc`
@@ -44,9 +44,10 @@
 //!   no dict), followed by the `TimerHandle` value and nothing else. `timer_dealloc` is then the
 //!   type's `tp_dealloc` (`TimerHandle` cannot be subclassed); `TIMER_POOL` holds dead
 //!   `TimerHandle`s under the same rules as `POOL`, and a block leaves it only in
-//!   `new_timer_handle`, which initialises and re-tracks it as `new_handle` does. A timer made
-//!   with the pool empty comes from `PyType_GenericAlloc`, already tracked and zeroed; its fields
-//!   are written before any Python code can run, so the collector never sees them zeroed.
+//!   `new_timer_handle`, which initialises and re-tracks it as `new_handle` does.
+//! - A handle made with its pool empty comes from `PyType_GenericAlloc`, already tracked and
+//!   zeroed; its fields are written before any Python code can run, so the collector never sees
+//!   them zeroed.
 //! - `POOL` and `TIMER_POOL` are touched only with the GIL held (they are `LoopCell`s), in
 //!   sections that run no Python code. Pooled blocks are never returned to the allocator: at
 //!   most 256 handles' worth of each (about 30 KiB) per process, and PyO3 modules are
@@ -266,19 +267,12 @@ pub(crate) fn new_handle(py: Python<'_>, handle: Handle) -> PyResult<Py<Handle>>
     let Some(layout) = LAYOUT.get(py) else {
         return Py::new(py, handle);
     };
-    let Some(block) = take_block(&POOL) else {
-        return Py::new(py, handle);
-    };
-    let obj = block.as_ptr();
-    // SAFETY: we hold the GIL; `block` is the memory of a dead `Handle` instance that nothing
-    // else points to (module invariants), laid out as `layout` says: `PyObject_Init` makes it a
-    // live object of the `Handle` type with one reference (ours), the value and the weak
-    // reference list are written before the collector can see it, and tracking it then makes it
-    // what `PyType_GenericAlloc` plus PyO3's initialisation would have made.
+    let (obj, pooled) = obtain(py, &POOL, layout.tp.as_ptr().cast())?;
+    // SAFETY: `obj` is a live `Handle` instance (exact type) laid out as `layout` says (checked
+    // at `install`), whose fields are ours to initialise before any Python code runs.
     unsafe {
-        ffi::PyObject_Init(obj, layout.tp.as_ptr().cast());
         ptr::write(obj.byte_add(layout.value).cast::<Handle>(), handle);
-        Ok(finish(py, obj, layout.weaklist, true))
+        Ok(finish(py, obj, layout.weaklist, pooled))
     }
 }
 
@@ -321,24 +315,7 @@ pub(crate) fn new_timer_handle(
         return Py::new(py, PyClassInitializer::from(handle).add_subclass(timer));
     };
     let tp = timer_layout.tp.as_ptr().cast::<ffi::PyTypeObject>();
-    let (obj, pooled) = if let Some(block) = take_block(&TIMER_POOL) {
-        let obj = block.as_ptr();
-        // SAFETY: we hold the GIL; `block` is the memory of a dead `TimerHandle` that nothing
-        // else points to (module invariants): `PyObject_Init` makes it a live object of the type
-        // with one reference (ours); it is tracked below, after its fields are written.
-        unsafe { ffi::PyObject_Init(obj, tp) };
-        (obj, true)
-    } else {
-        // SAFETY: we hold the GIL; `tp` is the live `TimerHandle` type, whose `tp_alloc`
-        // (`PyType_GenericAlloc`) returns a zeroed, tracked instance with one reference, or NULL
-        // with an exception set. No Python code runs before its fields are written below, so the
-        // collector never sees the zeroed fields.
-        let obj = unsafe { ffi::PyType_GenericAlloc(tp, 0) };
-        if obj.is_null() {
-            return Err(PyErr::fetch(py));
-        }
-        (obj, false)
-    };
+    let (obj, pooled) = obtain(py, &TIMER_POOL, tp)?;
     // SAFETY: `obj` is a live `TimerHandle` instance laid out as the layouts say (checked at
     // `install`), whose fields are ours to initialise; a pooled block is tracked by the
     // collector once they are written, as `new_handle` does; a new one already is.
@@ -350,6 +327,32 @@ pub(crate) fn new_timer_handle(
         );
         Ok(finish(py, obj, layout.weaklist, pooled))
     }
+}
+
+/// A live object of type `tp` (one reference, ours) whose values are not written yet, and
+/// whether it came from `pool` (then untracked, from a dead instance of `tp`) or from the type's
+/// `tp_alloc` (`PyType_GenericAlloc`: zeroed and already tracked; no Python code may run before
+/// its values are written, so the collector never sees them zeroed).
+fn obtain(
+    py: Python<'_>,
+    pool: &LoopCell<Pool>,
+    tp: *mut ffi::PyTypeObject,
+) -> PyResult<(*mut ffi::PyObject, bool)> {
+    if let Some(block) = take_block(pool) {
+        let obj = block.as_ptr();
+        // SAFETY: we hold the GIL; `block` is the memory of a dead instance of `tp` that nothing
+        // else points to (module invariants): `PyObject_Init` makes it a live object of the
+        // type with one reference (ours), as `PyType_GenericAlloc` would.
+        unsafe { ffi::PyObject_Init(obj, tp) };
+        return Ok((obj, true));
+    }
+    // SAFETY: we hold the GIL; `tp` is a live heap type whose instances `PyType_GenericAlloc`
+    // makes (PyO3's own path uses it too); a new reference or NULL with an exception set.
+    let obj = unsafe { ffi::PyType_GenericAlloc(tp, 0) };
+    if obj.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    Ok((obj, false))
 }
 
 /// The common end of `new_handle` and `new_timer_handle`: an empty weak reference list, the
