@@ -10,6 +10,11 @@ for every TLS record are replaced by the bound methods of a native ``TlsRecords`
 ``_ssl._SSLSocket`` and ``MemoryBIO`` methods directly; in any other state they call asyncio's
 method. These method names and bodies are the same in CPython 3.11, 3.12 and 3.13.
 
+The attributes those methods read for every record (``TlsRecords._SLOTS``: ``_state``,
+``_write_backlog``, the water marks, ``_app_protocol``, ...) are ``__slots__`` of this class, so
+the native side reads them at fixed offsets instead of looking them up; asyncio's code reads
+and writes them as plain attributes, as before. They do not appear in ``vars(protocol)``.
+
 The loop builds it for ``ssl=`` connections and servers (``_transports.TransportOps.
 _make_ssl_transport``) and for ``start_tls`` upgrades (``TransportOps.start_tls``, with
 ``call_connection_made=False``); the constructor takes asyncio's arguments unchanged.
@@ -40,6 +45,7 @@ _NATIVE = (
 class SSLProtocol(sslproto.SSLProtocol):
     """asyncio's SSL protocol whose per-record methods are native (see the module docstring)."""
 
+    __slots__ = TlsRecords._SLOTS
     _records: TlsRecords | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -48,6 +54,8 @@ class SSLProtocol(sslproto.SSLProtocol):
         if type(sslobj) is not ssl.SSLObject:
             return
         records = TlsRecords._attach(self, sslobj._sslobj, self._incoming, self._outgoing)
+        if records is None:
+            return
         self._records = records
         for name, native in _NATIVE:
             setattr(self, name, getattr(records, native))
