@@ -31,10 +31,10 @@ from typing import Any
 
 from ._native import TlsRecords
 
-# The protocol's attributes that become the native object's bound methods.
+# The protocol's attributes that become the native object's bound methods (the first two, and
+# the app transport's ``write``, are set from ``_fast_methods``: the same methods as built-ins
+# that take their one argument without PyO3's argument parsing).
 _NATIVE = (
-    ("get_buffer", "get_buffer"),
-    ("buffer_updated", "buffer_updated"),
     ("_do_read", "do_read"),
     ("_do_write", "do_write"),
     ("_process_outgoing", "process_outgoing"),
@@ -57,9 +57,10 @@ class SSLProtocol(sslproto.SSLProtocol):
         if records is None:
             return
         self._records = records
+        self.get_buffer, self.buffer_updated, app_write = records._fast_methods()  # type: ignore[method-assign]
         for name, native in _NATIVE:
             setattr(self, name, getattr(records, native))
-        self._app_transport.write = records.app_write  # type: ignore[method-assign]
+        self._app_transport.write = app_write  # type: ignore[method-assign]
         self._records_transport = self._app_transport
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -73,7 +74,7 @@ class SSLProtocol(sslproto.SSLProtocol):
         if records is None:
             return
         self._records = None
-        for name, _ in _NATIVE:
+        for name in ("get_buffer", "buffer_updated", *(name for name, _ in _NATIVE)):
             self.__dict__.pop(name, None)
         transport = self.__dict__.pop("_records_transport", None)
         if transport is not None:

@@ -45,6 +45,7 @@ use pyo3::{PyTraverseError, PyVisit};
 
 use crate::cell::LoopCell;
 
+mod entries;
 mod slots;
 mod ssl_calls;
 
@@ -255,20 +256,27 @@ impl TlsRecords {
     /// asyncio's `_do_read__copied`: decrypt everything available, one `data_received`.
     fn read_copied(py: Python<'_>, b: &Bound4<'_, '_>) -> PyResult<()> {
         let max_size = b.proto.getattr(intern!(py, "max_size"))?;
-        let mut chunks: Vec<Bound<'_, PyAny>> = Vec::new();
+        // The usual read yields one chunk: it is kept apart, so no Vec is allocated for it.
+        let mut first: Option<Bound<'_, PyAny>> = None;
+        let mut more: Vec<Bound<'_, PyAny>> = Vec::new();
         let mut eof = false;
         while let Some(chunk) = Self::ssl_read(py, b, &[&max_size])? {
             if !chunk.is_truthy()? {
                 eof = true;
                 break;
             }
-            chunks.push(chunk);
-        }
-        if !chunks.is_empty() {
-            let data = if chunks.len() == 1 {
-                chunks.pop().expect("one chunk")
+            if first.is_none() {
+                first = Some(chunk);
             } else {
-                PyBytes::new(py, b"").call_method1(intern!(py, "join"), (chunks,))?
+                more.push(chunk);
+            }
+        }
+        if let Some(first) = first {
+            let data = if more.is_empty() {
+                first
+            } else {
+                more.insert(0, first);
+                PyBytes::new(py, b"").call_method1(intern!(py, "join"), (more,))?
             };
             b.slots
                 .get(&b.proto, Attr::AppProtocol)?
@@ -341,8 +349,7 @@ impl TlsRecords {
         while backlog.is_truthy()? {
             let data = backlog.get_item(0)?;
             match b.ssl.ssl_write(&b.sslobj, &data) {
-                Ok(n) => {
-                    let count: usize = n.extract()?;
+                Ok(count) => {
                     let data_len = data.len()?;
                     let size = b.slots.get(proto, Attr::WriteBufferSize)?;
                     if count < data_len {
@@ -423,8 +430,7 @@ impl TlsRecords {
     ) -> PyResult<()> {
         let proto = &b.proto;
         let queued = match b.ssl.ssl_write(&b.sslobj, data) {
-            Ok(n) => {
-                let count: usize = n.extract()?;
+            Ok(count) => {
                 if count >= data_len {
                     return Self::outgoing(py, b);
                 }
@@ -634,6 +640,14 @@ impl TlsRecords {
         }
         let items = PyTuple::new(py, [data])?;
         self.write_appdata(py, items.into_any())
+    }
+
+    /// `(get_buffer, buffer_updated, app_write)` as `METH_O` built-ins bound to this object:
+    /// the same methods without PyO3's argument handling (`tls/entries.rs`).
+    fn _fast_methods<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        entries::fast_methods(slf)
     }
 
     /// Lets go of the protocol and its SSL objects (the protocol's `connection_lost`).

@@ -17,7 +17,7 @@
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyType;
+use pyo3::types::{PyInt, PyType};
 
 pub(super) struct Methods {
     sslsocket: Py<PyType>,
@@ -77,6 +77,20 @@ fn call<'py>(
     }
 }
 
+/// A count returned by a C method (an exact `int`, `>= 0`), without PyO3's generic extraction.
+fn count(value: &Bound<'_, PyAny>) -> PyResult<usize> {
+    if value.is_exact_instance_of::<PyInt>() {
+        // SAFETY: we hold the GIL and `value` is a live exact `int`.
+        let n = unsafe { ffi::PyLong_AsSsize_t(value.as_ptr()) };
+        if let Ok(n) = usize::try_from(n) {
+            return Ok(n);
+        }
+        // Negative (never, for these methods) or -1 with an overflow error set.
+        drop(PyErr::take(value.py()));
+    }
+    value.extract()
+}
+
 impl Methods {
     /// Whether the SSL object and the BIOs are exactly `_ssl`'s types.
     pub(super) fn accepts(
@@ -100,18 +114,18 @@ impl Methods {
         call(&self.ssl_read, sslobj, args)
     }
 
-    /// `sslobj.write(data)`.
+    /// `sslobj.write(data)`: the bytes taken.
     pub(super) fn ssl_write<'py>(
         &self,
         sslobj: &Bound<'py, PyAny>,
         data: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        call(&self.ssl_write, sslobj, &[data])
+    ) -> PyResult<usize> {
+        count(&call(&self.ssl_write, sslobj, &[data])?)
     }
 
     /// `sslobj.pending()`: decrypted bytes held by the SSL object.
     pub(super) fn ssl_pending(&self, sslobj: &Bound<'_, PyAny>) -> PyResult<usize> {
-        call(&self.ssl_pending, sslobj, &[])?.extract()
+        count(&call(&self.ssl_pending, sslobj, &[])?)
     }
 
     /// `bio.read()`: everything in the BIO.
@@ -142,6 +156,6 @@ impl Methods {
                 get(descr, bio.as_ptr(), ffi::Py_TYPE(bio.as_ptr()).cast()),
             )?
         };
-        value.extract()
+        count(&value)
     }
 }
