@@ -356,3 +356,24 @@ def test_tls_protocol_attributes_can_be_patched_and_restored(
         return all(a is b for a, b in zip(before, after, strict=True)), received
 
     assert run(main()) == (True, b"still records")
+
+
+def test_tls_records_go_through_a_replaced_socket_transport_write(
+    loop, run, recorder, tcp_connect, server_ssl, client_ssl
+):
+    # ferroloop calls its own socket transport's write directly; a write replaced on the
+    # instance must still be the one called, as asyncio looks it up for every record.
+    from unittest import mock
+
+    async def main():
+        ends = await tcp_connect(recorder, recorder, **_tls(client_ssl, server_ssl))
+        socket_transport = ends.accepted.transport._ssl_protocol._transport
+        real_write = socket_transport.write
+        with mock.patch.object(socket_transport, "write", side_effect=real_write) as spy:
+            ends.accepted.transport.write(b"through the spy")
+            received = await ends.client.received_at_least(15)
+        await ends.close()
+        return spy.call_count, received
+
+    calls, received = run(main())
+    assert calls >= 1 and received == b"through the spy"

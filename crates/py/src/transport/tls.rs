@@ -43,6 +43,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PySlice, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
+use super::StreamCore;
 use crate::cell::LoopCell;
 
 mod entries;
@@ -378,9 +379,11 @@ impl TlsRecords {
         let mut pending = b.ssl.bio_pending(&b.outgoing)?;
         if pending > 0 && !b.slots.flag(proto, Attr::SslWritingPaused)? {
             let data = b.ssl.bio_read(&b.outgoing)?;
-            b.slots
+            let write = b
+                .slots
                 .get(proto, Attr::Transport)?
-                .call_method1(intern!(py, "write"), (data,))?;
+                .getattr(intern!(py, "write"))?;
+            StreamCore::call_write(&write, &data)?;
             // `write` may have run Python code (flow-control callbacks).
             pending = b.ssl.bio_pending(&b.outgoing)?;
         }
