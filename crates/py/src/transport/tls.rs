@@ -40,7 +40,7 @@ use pyo3::exceptions::{PyException, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PySlice, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PySlice, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
 use super::StreamCore;
@@ -51,7 +51,7 @@ mod slots;
 mod ssl_calls;
 
 use slots::{Attr, Slots};
-use ssl_calls::{methods, Methods};
+use ssl_calls::{methods, small_int, Methods};
 
 struct Refs {
     proto: Py<PyAny>,
@@ -154,11 +154,9 @@ impl<'py> SizeOf<'py> {
         let py = mark.py();
         match self {
             Self::Count(n) => {
-                if mark.is_exact_instance_of::<PyInt>() {
-                    if let Ok(m) = mark.extract::<i64>() {
-                        let (n, m) = (i128::from(*n as u64), i128::from(m));
-                        return Ok(if at_least { n >= m } else { n <= m });
-                    }
+                if let Some(m) = small_int(mark) {
+                    let (n, m) = (i128::from(*n as u64), m as i128);
+                    return Ok(if at_least { n >= m } else { n <= m });
                 }
                 Self::Object(n.into_pyobject(py)?.into_any()).compare(mark, at_least)
             }

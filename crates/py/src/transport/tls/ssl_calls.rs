@@ -77,18 +77,28 @@ fn call<'py>(
     }
 }
 
-/// A count returned by a C method (an exact `int`, `>= 0`), without PyO3's generic extraction.
-fn count(value: &Bound<'_, PyAny>) -> PyResult<usize> {
-    if value.is_exact_instance_of::<PyInt>() {
-        // SAFETY: we hold the GIL and `value` is a live exact `int`.
-        let n = unsafe { ffi::PyLong_AsSsize_t(value.as_ptr()) };
-        if let Ok(n) = usize::try_from(n) {
-            return Ok(n);
-        }
-        // Negative (never, for these methods) or -1 with an overflow error set.
-        drop(PyErr::take(value.py()));
+/// The value of an exact `int` that fits in `isize`, read without PyO3's generic extraction;
+/// `None` for anything else.
+pub(super) fn small_int(value: &Bound<'_, PyAny>) -> Option<isize> {
+    if !value.is_exact_instance_of::<PyInt>() {
+        return None;
     }
-    value.extract()
+    // SAFETY: we hold the GIL and `value` is a live exact `int`.
+    let n = unsafe { ffi::PyLong_AsSsize_t(value.as_ptr()) };
+    if n == -1 && PyErr::occurred(value.py()) {
+        // Too large: the overflow error is dropped, the caller takes the general path.
+        drop(PyErr::take(value.py()));
+        return None;
+    }
+    Some(n)
+}
+
+/// A count returned by a C method (an `int`, `>= 0`).
+fn count(value: &Bound<'_, PyAny>) -> PyResult<usize> {
+    match small_int(value).map(usize::try_from) {
+        Some(Ok(n)) => Ok(n),
+        _ => value.extract(),
+    }
 }
 
 impl Methods {
