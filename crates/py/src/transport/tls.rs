@@ -5,7 +5,9 @@
 //! `_fatal_error`, flow-control callbacks, extra info) is asyncio's own code. Only the methods
 //! that run for every TLS record are replaced, by storing this object's bound methods on the
 //! protocol instance (`get_buffer`, `buffer_updated`, `_do_read`, `_do_write`,
-//! `_process_outgoing`, `_write_appdata`) and on its app transport (`write`). Each does what
+//! `_process_outgoing`, `_write_appdata`) and on its app transport (`write`); the three that
+//! run for every record, `get_buffer`, `buffer_updated` and `write`, are `METH_O` built-ins
+//! over the same methods (`entries.rs`). Each does what
 //! asyncio's method of the same name does, reading and writing the protocol's own attributes,
 //! and calls the C `_ssl._SSLSocket` and `MemoryBIO` methods directly instead of going through
 //! `ssl.SSLObject`'s Python wrappers.
@@ -27,6 +29,8 @@
 //!   they would act.
 //! - **C calls.** The `_ssl` objects' methods are called through descriptors fetched once from
 //!   their types (`ssl_calls.rs`), not by name.
+//!   The encrypted records go to `StreamCore::write_impl` directly when the socket transport's
+//!   `write` attribute is its core's bound `write` (`StreamCore::call_write`).
 //! - **Ownership.** The object holds the protocol, its C `_SSLSocket` and its two `MemoryBIO`s
 //!   (none of which asyncio ever replaces) until `_release` (called by the protocol's
 //!   `connection_lost` after asyncio's, which also removes the bound methods) or the garbage
