@@ -1,6 +1,7 @@
 """Instructions per message of a TLS echo server, counted by callgrind (not timed).
 
     python benchmarks/loop/tls_instructions.py [--loops ferroloop,asyncio-sslproto,uvloop]
+        [--keep DIR]
 
 The server (1 KiB echo in `data_received`, the `tls_echo` benchmark's server, on one loop)
 runs under `valgrind --tool=callgrind`; a client in this process (asyncio, not measured) opens
@@ -9,6 +10,9 @@ twice, for two message counts, and the difference of the two instruction totals 
 difference of the counts is the cost of one message: start-up, imports and handshakes cancel
 out. Instruction counts do not depend on what else the machine runs, which the timed
 `tls_echo` benchmark on a shared 2-core machine does.
+
+`--keep DIR` keeps the callgrind files there (`callgrind.<loop>.<messages>`), for
+`callgrind_annotate --inclusive=yes` and per-function differences between the two counts.
 
 `asyncio-sslproto` is ferroloop with asyncio's own `sslproto.SSLProtocol` in place of
 ferroloop's (the state before the native record path), to measure that path alone.
@@ -122,14 +126,17 @@ def _instructions(loop_name: str, cert: Path, ca: Path, messages: int, tmp: Path
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--loops", default="ferroloop,asyncio-sslproto,uvloop")
+    parser.add_argument("--keep", metavar="DIR", help="keep the callgrind files in DIR")
     args = parser.parse_args()
     found = tls_echo._certs()
     if isinstance(found, str):
         raise SystemExit(found)
     cert, ca = found
     with tempfile.TemporaryDirectory() as tmp:
+        out = Path(args.keep) if args.keep else Path(tmp)
+        out.mkdir(parents=True, exist_ok=True)
         for loop_name in args.loops.split(","):
-            low, high = (_instructions(loop_name, cert, ca, n, Path(tmp)) for n in COUNTS)
+            low, high = (_instructions(loop_name, cert, ca, n, out) for n in COUNTS)
             per_message = (high - low) / (COUNTS[1] - COUNTS[0])
             print(f"{loop_name:18} {per_message:10,.0f} instructions per 1 KiB message")
 

@@ -294,3 +294,86 @@ def test_tls_buffered_app_switching_to_a_plain_protocol_mid_stream(
         return result
 
     assert run(main()) == (b"first", b"second")
+
+
+def test_tls_write_limits_set_from_data_received_pause_and_resume_the_app(
+    loop, run, recorder, tcp_connect, server_ssl, client_ssl
+):
+    # The water marks and the paused flags are slots read natively for every record: a limit
+    # the app sets inside data_received must govern the writes that follow, as in asyncio.
+    chunk = b"w" * 65536
+
+    class Flooding(recorder):
+        sent = 0
+
+        def data_received(self, data):
+            super().data_received(data)
+            self.transport.set_write_buffer_limits(high=4096)
+            while "pause_writing" not in self.events and self.sent < 64 * 1024 * 1024:
+                self.transport.write(chunk)
+                self.sent += len(chunk)
+
+    async def main():
+        ends = await tcp_connect(Flooding, recorder, **_tls(client_ssl, server_ssl))
+        ends.client.transport.pause_reading()
+        ends.client.transport.write(b"go")
+        await ends.accepted.received_at_least(2)
+        paused = "pause_writing" in ends.accepted.events
+        ends.client.transport.resume_reading()
+        received = await ends.client.received_at_least(ends.accepted.sent)
+        for _ in range(100):
+            if "resume_writing" in ends.accepted.events:
+                break
+            await asyncio.sleep(0.01)
+        await ends.close()
+        return paused, len(received) == ends.accepted.sent, ends.accepted.milestones()
+
+    paused, complete, milestones = run(main())
+    assert paused and complete
+    assert [m for m in milestones if m.endswith("_writing")] == ["pause_writing", "resume_writing"]
+
+
+def test_tls_protocol_attributes_can_be_patched_and_restored(
+    loop, run, recorder, tcp_connect, server_ssl, client_ssl
+):
+    # On ferroloop these are __slots__ read natively: mock.patch.object (getattr, setattr,
+    # then delattr and setattr on exit) must leave them working as plain attributes do.
+    from unittest import mock
+
+    names = ["_state", "_write_backlog", "_outgoing_high_water", "_app_protocol", "_transport"]
+
+    async def main():
+        ends = await tcp_connect(recorder, recorder, **_tls(client_ssl, server_ssl))
+        proto = ends.accepted.transport._ssl_protocol
+        before = [getattr(proto, n) for n in names]
+        for name, value in zip(names, before, strict=True):
+            with mock.patch.object(proto, name, value):
+                assert getattr(proto, name) is value
+        after = [getattr(proto, n) for n in names]
+        ends.client.transport.write(b"still records")
+        received = await ends.accepted.received_at_least(13)
+        await ends.close()
+        return all(a is b for a, b in zip(before, after, strict=True)), received
+
+    assert run(main()) == (True, b"still records")
+
+
+def test_tls_records_go_through_a_replaced_socket_transport_write(
+    loop, run, recorder, tcp_connect, server_ssl, client_ssl
+):
+    # ferroloop calls its own socket transport's write directly; a write replaced on the
+    # instance must still be the one called, as asyncio looks it up for every record.
+    from unittest import mock
+
+    async def main():
+        ends = await tcp_connect(recorder, recorder, **_tls(client_ssl, server_ssl))
+        socket_transport = ends.accepted.transport._ssl_protocol._transport
+        real_write = socket_transport.write
+        with mock.patch.object(socket_transport, "write", side_effect=real_write) as spy:
+            ends.accepted.transport.write(b"through the spy")
+            received = await ends.client.received_at_least(15)
+        await ends.close()
+        return spy.call_count, received
+
+    calls, received = run(main())
+    assert calls >= 1 and received == b"through the spy"

@@ -232,7 +232,10 @@ fn cached_method_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
 extern "C" {
     /// CPython's MRO lookup through the type attribute cache (exported by 3.11 to 3.13, not
     /// declared by pyo3-ffi): a borrowed reference, or NULL without an exception set.
-    fn _PyType_Lookup(tp: *mut ffi::PyTypeObject, name: *mut ffi::PyObject) -> *mut ffi::PyObject;
+    pub(crate) fn _PyType_Lookup(
+        tp: *mut ffi::PyTypeObject,
+        name: *mut ffi::PyObject,
+    ) -> *mut ffi::PyObject;
 }
 
 /// Whether `loop_.call_soon` is ferroloop's own (this descriptor, not shadowed by the instance),

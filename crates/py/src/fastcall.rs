@@ -42,6 +42,22 @@ pub(crate) struct MethodDef(pub(crate) ffi::PyMethodDef);
 // 'static C strings and a function.
 unsafe impl Sync for MethodDef {}
 
+impl MethodDef {
+    /// A `METH_O` definition: `func(self, arg)`.
+    pub(crate) const fn meth_o(
+        name: &'static std::ffi::CStr,
+        func: ffi::PyCFunction,
+        doc: &'static std::ffi::CStr,
+    ) -> Self {
+        Self(ffi::PyMethodDef {
+            ml_name: name.as_ptr(),
+            ml_meth: ffi::PyMethodDefPointer { PyCFunction: func },
+            ml_flags: ffi::METH_O,
+            ml_doc: doc.as_ptr(),
+        })
+    }
+}
+
 /// A built-in function made from `def`, bound to `slf` (CPython passes it back as `self`).
 ///
 /// # Safety

@@ -90,7 +90,7 @@ pub fn is_task_wakeup(callback: &Bound<'_, PyAny>) -> bool {
 }
 
 /// The address of the `PyMethodDef` behind an exact built-in function object.
-fn method_def_of(obj: &Bound<'_, PyAny>) -> Option<usize> {
+pub(crate) fn method_def_of(obj: &Bound<'_, PyAny>) -> Option<usize> {
     // SAFETY: we hold the GIL (`obj` is bound to it) and `obj` is alive.
     let exact = unsafe { ffi::PyCFunction_CheckExact(obj.as_ptr()) } != 0;
     // SAFETY: an object whose type is exactly `builtin_function_or_method` is a

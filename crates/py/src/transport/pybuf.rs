@@ -16,8 +16,17 @@ impl RawBuffer {
     /// `PyObject_GetBuffer(obj, flags)`; `flags` is `PyBUF_SIMPLE` (read) or `PyBUF_WRITABLE`.
     /// Both ask for a C-contiguous buffer, as `socket.send`/`recv_into` do.
     pub(super) fn get(obj: &Bound<'_, PyAny>, flags: i32) -> PyResult<Self> {
-        // SAFETY: `Py_buffer` is plain data; all-zero is its documented "empty" state.
-        let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
+        // Zeroed after a plain allocation: `Box::new(zeroed())` becomes a `calloc`, about 300
+        // instructions more than `malloc` and an 80-byte memset, for every read into a
+        // `BufferedProtocol`'s buffer (`black_box` keeps the optimiser from fusing them again).
+        let mut view = Box::<ffi::Py_buffer>::new_uninit();
+        let ptr = std::hint::black_box(view.as_mut_ptr());
+        // SAFETY: `ptr` is the box's own, writable allocation for one `Py_buffer`; all-zero is
+        // that plain-data struct's documented "empty" state, so it is initialised after this.
+        let mut view = unsafe {
+            ptr.write_bytes(0, 1);
+            view.assume_init()
+        };
         // SAFETY: we hold the GIL, `obj` is alive and `view` is a valid out-pointer.
         let r = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &raw mut *view, flags) };
         if r < 0 {

@@ -11,10 +11,12 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 
 use ferroloop_core::sys::cvt;
+use pyo3::ffi;
 
 use super::pybuf::RawBuffer;
 use super::{Attached, StreamCore};
 use crate::event_loop::LoopCore;
+use crate::hooks::method_def_of;
 use crate::sock_ops::os_error;
 
 /// asyncio's `constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES`.
@@ -100,7 +102,55 @@ impl<'a, 'py> Data<'a, 'py> {
     }
 }
 
+/// The address of the `PyMethodDef` of `StreamCore.write` (0 if it could not be found), which
+/// every bound `core.write` points to.
+static WRITE_DEF: PyOnceLock<usize> = PyOnceLock::new();
+
+fn write_def(py: Python<'_>) -> usize {
+    *WRITE_DEF.get_or_init(py, || {
+        let Ok(descr) = py
+            .get_type::<StreamCore>()
+            .getattr(intern!(py, "__dict__"))
+            .and_then(|d| d.get_item("write"))
+        else {
+            return 0;
+        };
+        // SAFETY: we hold the GIL; a `method_descriptor` is a `PyMethodDescrObject`, whose
+        // `d_method` is set at creation and never changed.
+        unsafe {
+            if ffi::Py_TYPE(descr.as_ptr()) == &raw mut ffi::PyMethodDescr_Type {
+                (*descr.as_ptr().cast::<ffi::PyMethodDescrObject>()).d_method as usize
+            } else {
+                0
+            }
+        }
+    })
+}
+
 impl StreamCore {
+    /// `write(data)`, where `write` is a transport's `write` attribute. A `StreamCore`'s own
+    /// bound `write` (what ferroloop's transports keep on the instance) runs `write_impl`
+    /// directly, without the call through PyO3's argument handling (about 250 instructions);
+    /// anything else is called.
+    pub(super) fn call_write(write: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = write.py();
+        let def = write_def(py);
+        if def != 0 && method_def_of(write) == Some(def) {
+            // SAFETY: `write` is exactly a built-in function (checked by `method_def_of`), so a
+            // `PyCFunctionObject`, whose `m_self` is set at creation and kept alive by it.
+            let slf = unsafe {
+                Bound::from_borrowed_ptr(
+                    py,
+                    (*write.as_ptr().cast::<ffi::PyCFunctionObject>()).m_self,
+                )
+            };
+            if let Ok(core) = slf.cast::<StreamCore>() {
+                return Self::write_impl(core, data);
+            }
+        }
+        write.call1((data,)).map(drop)
+    }
+
     /// asyncio's `_SelectorSocketTransport.write`, or `_UnixWritePipeTransport.write`.
     pub(super) fn write_impl(slf: &Bound<'_, Self>, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = slf.py();
