@@ -98,6 +98,45 @@ def test_unconnected_endpoints_exchange_datagrams(loop, run):
         assert side.lost_exc is None
 
 
+def test_senders_addresses_are_reported_and_answered_as_each_peer_alternates(loop, run):
+    # Octets of one, two and three digits and zeros, from peers that take turns: each datagram
+    # names its own sender, and an answer sent to the address it came with reaches that peer.
+    peers = ["127.0.0.1", "127.100.10.254", "127.0.0.9", "127.100.10.254", "127.0.0.1"]
+
+    async def main():
+        _, server = await loop.create_datagram_endpoint(
+            DatagramRecorder, local_addr=("127.0.0.1", 0)
+        )
+        server_addr = server.transport.get_extra_info("sockname")
+        clients = {}
+        for host in dict.fromkeys(peers):
+            _, clients[host] = await loop.create_datagram_endpoint(
+                DatagramRecorder, local_addr=(host, 0)
+            )
+        seen, answered = [], []
+        for n, host in enumerate(peers):
+            clients[host].transport.sendto(b"%d" % n, server_addr)
+            data, addr = await server.datagrams.get()
+            seen.append((data, addr, clients[host].transport.get_extra_info("sockname")))
+            server.transport.sendto(data + b"!", addr)
+            answered.append((host, await clients[host].datagrams.get()))
+        for client in clients.values():
+            await client.close()
+        await server.close()
+        return seen, answered, server_addr
+
+    seen, answered, server_addr = run(main())
+    for n, (data, addr, client_addr) in enumerate(seen):
+        assert data == b"%d" % n
+        assert addr == client_addr
+        assert addr[0] == peers[n]
+        assert type(addr) is tuple and type(addr[0]) is str and type(addr[1]) is int
+    assert [(host, reply) for host, (reply, _) in answered] == [
+        (host, b"%d!" % n) for n, host in enumerate(peers)
+    ]
+    assert all(addr == server_addr for _, (_, addr) in answered)
+
+
 def test_connected_endpoint_sends_without_an_address(loop, run):
     async def main():
         _, server = await loop.create_datagram_endpoint(

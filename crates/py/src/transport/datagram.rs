@@ -44,7 +44,7 @@ use pyo3::PyTraverseError;
 use super::read::with_read_buf;
 use super::read::MAX_READ;
 use super::shared::{OwnObjects, SharedState};
-use super::sockaddr::SockAddr;
+use super::sockaddr::{HostCache, SockAddr};
 use super::write::{warn_write_after_lost, Data, LOG_THRESHOLD_FOR_CONNLOST_WRITES};
 use super::Attached;
 use crate::cell::LoopCell;
@@ -105,6 +105,9 @@ pub struct DatagramCore {
     /// `self._extra['peername']`).
     connected: bool,
     state: LoopCell<DatagramState>,
+    /// The last IPv4 peer's host `str` (`sockaddr::HostCache`); holds only a `str`, which cannot
+    /// be part of a reference cycle, so the collector need not see it.
+    hosts: LoopCell<HostCache>,
 }
 
 /// How one send attempt ended.
@@ -271,7 +274,7 @@ impl DatagramCore {
             }
             Err(e) => return self.error_received(py, os_error(py, &e)),
         };
-        let addr = match from.to_python(py) {
+        let addr = match from.to_python_cached(py, &mut *self.hosts.borrow(py)?) {
             Ok(addr) => addr,
             Err(e) if e.is_instance_of::<PyOSError>(py) => return self.error_received(py, e),
             Err(e) => return self.fatal(py, e, READ_ERROR),
@@ -381,8 +384,9 @@ impl DatagramCore {
         let sockaddr = if this.connected {
             None
         } else {
+            let hosts = this.hosts.borrow(py)?;
             addr.as_ref()
-                .and_then(|a| SockAddr::from_python(this.family, a))
+                .and_then(|a| SockAddr::from_python(this.family, a, &hosts))
         };
         if !queued {
             let bytes = match &data {
@@ -457,6 +461,7 @@ core_pymethods! {
                         queue: VecDeque::new(),
                         queued_bytes: 0,
                     }),
+                    hosts: LoopCell::new(HostCache::default()),
                 },
             )
         }

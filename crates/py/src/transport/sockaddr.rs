@@ -62,8 +62,8 @@ impl SockAddr {
             libc::AF_INET => {
                 // SAFETY: the family says the storage holds a sockaddr_in.
                 let a: &libc::sockaddr_in = unsafe { &*self.as_ptr().cast() };
-                let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-                (ip.to_string(), u16::from_be(a.sin_port)).into_bound_py_any(py)
+                let host = ipv4_host(py, a.sin_addr.s_addr);
+                (host, u16::from_be(a.sin_port)).into_bound_py_any(py)
             }
             libc::AF_INET6 => {
                 // SAFETY: the family says the storage holds a sockaddr_in6.
@@ -102,6 +102,30 @@ impl SockAddr {
         }
     }
 
+    /// [`SockAddr::to_python`], with the host `str` of an IPv4 sender taken from `cache` when it
+    /// is the cached address (and cached otherwise).
+    pub(super) fn to_python_cached<'py>(
+        &self,
+        py: Python<'py>,
+        cache: &mut HostCache,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if self.len == 0 || i32::from(self.storage.ss_family) != libc::AF_INET {
+            return self.to_python(py);
+        }
+        // SAFETY: the family says the storage holds a sockaddr_in.
+        let a: &libc::sockaddr_in = unsafe { &*self.as_ptr().cast() };
+        let ip = a.sin_addr.s_addr;
+        let host = match &cache.v4 {
+            Some((cached, host)) if *cached == ip => host.bind(py).clone(),
+            _ => {
+                let host = ipv4_host(py, ip);
+                cache.v4 = Some((ip, host.clone().unbind()));
+                host
+            }
+        };
+        (host, u16::from_be(a.sin_port)).into_bound_py_any(py)
+    }
+
     /// `getnameinfo(NI_NUMERICHOST)`, as CPython's `makeipaddr`.
     fn numeric_host<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
         let mut host = [0 as libc::c_char; libc::NI_MAXHOST as usize];
@@ -127,8 +151,14 @@ impl SockAddr {
     }
 
     /// A numeric IP address in the form `socket.sendto` takes for `family`, or `None` when the
-    /// Python socket must convert it (see the module docs).
-    pub(super) fn from_python(family: i32, addr: &Bound<'_, PyAny>) -> Option<Self> {
+    /// Python socket must convert it (see the module docs). An IPv4 host that is the very `str`
+    /// object `cache` holds (the host of a datagram received from that peer, sent back to it) is
+    /// not parsed again.
+    pub(super) fn from_python(
+        family: i32,
+        addr: &Bound<'_, PyAny>,
+        cache: &HostCache,
+    ) -> Option<Self> {
         let tuple = addr.cast_exact::<PyTuple>().ok()?;
         let item = |i: usize| tuple.get_item(i).ok();
         let int = |i: usize, max: u64| -> Option<u64> {
@@ -136,8 +166,12 @@ impl SockAddr {
             let v = v.cast_exact::<PyInt>().ok()?.extract::<u64>().ok()?;
             (v <= max).then_some(v)
         };
-        let host = item(0)?;
-        let host = host.cast_exact::<PyString>().ok()?;
+        let host_obj = item(0)?;
+        let host = host_obj.cast_exact::<PyString>().ok()?;
+        let known_v4 = match &cache.v4 {
+            Some((ip, cached)) if family == libc::AF_INET && host.is(cached) => Some(*ip),
+            _ => None,
+        };
         let host = host.to_str().ok()?;
         let mut out = Self::empty();
         match (family, tuple.len()) {
@@ -147,7 +181,10 @@ impl SockAddr {
                 let a: &mut libc::sockaddr_in = unsafe { &mut *out.as_mut_ptr().cast() };
                 a.sin_family = libc::AF_INET as libc::sa_family_t;
                 a.sin_port = port.to_be();
-                pton(libc::AF_INET, host, (&raw mut a.sin_addr).cast())?;
+                match known_v4 {
+                    Some(ip) => a.sin_addr.s_addr = ip,
+                    None => pton(libc::AF_INET, host, (&raw mut a.sin_addr).cast())?,
+                }
                 out.len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
             }
             (libc::AF_INET6, 2..=4) => {
@@ -174,6 +211,41 @@ impl SockAddr {
         }
         Some(out)
     }
+}
+
+/// The last IPv4 peer a datagram transport received from, with its host as the `str` handed to
+/// the protocol: a peer that keeps talking costs neither a formatting per datagram received nor,
+/// when the protocol answers with the address it was given, an `inet_pton` per datagram sent.
+/// The `str` is immutable, so handing the same object out again is invisible to Python.
+#[derive(Default)]
+pub(super) struct HostCache {
+    /// The address (network byte order) and its dotted-quad text.
+    v4: Option<(u32, Py<PyString>)>,
+}
+
+/// The dotted-quad text of an IPv4 address in network byte order, as `inet_ntoa` writes it (what
+/// `socket.recvfrom` returns), formatted without `core::fmt` (about 1,300 instructions there).
+fn ipv4_host(py: Python<'_>, be_addr: u32) -> Bound<'_, PyString> {
+    let mut buf = [0u8; 15];
+    let mut len = 0;
+    for (i, octet) in be_addr.to_ne_bytes().into_iter().enumerate() {
+        if i > 0 {
+            buf[len] = b'.';
+            len += 1;
+        }
+        if octet >= 100 {
+            buf[len] = b'0' + octet / 100;
+            len += 1;
+        }
+        if octet >= 10 {
+            buf[len] = b'0' + octet / 10 % 10;
+            len += 1;
+        }
+        buf[len] = b'0' + octet % 10;
+        len += 1;
+    }
+    // Only ASCII digits and dots were written.
+    PyString::new(py, std::str::from_utf8(&buf[..len]).unwrap_or_default())
 }
 
 unsafe extern "C" {
