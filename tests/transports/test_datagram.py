@@ -137,6 +137,80 @@ def test_senders_addresses_are_reported_and_answered_as_each_peer_alternates(loo
     assert all(addr == server_addr for _, (_, addr) in answered)
 
 
+def _queue_datagrams(addr, count):
+    """Sends `count` datagrams to `addr` from a plain socket at once, so that they wait in the
+    receiver's queue together; returns the sender's address."""
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.bind(("127.0.0.1", 0))
+    for n in range(count):
+        sender.sendto(b"%d" % n, addr)
+    sender_addr = sender.getsockname()
+    sender.close()
+    return sender_addr
+
+
+async def _until(predicate, timeout=5.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate() and loop.time() < deadline:
+        await asyncio.sleep(0.005)
+
+
+def test_many_waiting_datagrams_all_arrive_in_order(loop, run):
+    async def main():
+        _, server = await loop.create_datagram_endpoint(
+            DatagramRecorder, local_addr=("127.0.0.1", 0)
+        )
+        sender = _queue_datagrams(server.transport.get_extra_info("sockname"), 100)
+        await _until(lambda: server.datagrams.qsize() == 100)
+        got = [server.datagrams.get_nowait() for _ in range(server.datagrams.qsize())]
+        await server.close()
+        return got, sender
+
+    got, sender = run(main())
+    assert got == [(b"%d" % n, sender) for n in range(100)]
+
+
+def test_closing_in_datagram_received_stops_the_waiting_datagrams(loop, run):
+    class CloseAtFirst(DatagramRecorder):
+        def datagram_received(self, data, addr):
+            super().datagram_received(data, addr)
+            self.transport.close()
+
+    async def main():
+        _, server = await loop.create_datagram_endpoint(CloseAtFirst, local_addr=("127.0.0.1", 0))
+        _queue_datagrams(server.transport.get_extra_info("sockname"), 5)
+        await server.lost
+        await asyncio.sleep(0.05)
+        return server
+
+    server = run(main())
+    assert server.datagrams.qsize() == 1
+    assert server.events == ["connection_made", "datagram_received", "connection_lost"]
+
+
+def test_an_error_in_datagram_received_loses_no_waiting_datagram(loop, run):
+    errors = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context["exception"]))
+
+    class FailAtFirst(DatagramRecorder):
+        def datagram_received(self, data, addr):
+            super().datagram_received(data, addr)
+            if data == b"0":
+                raise ValueError("first")
+
+    async def main():
+        _, server = await loop.create_datagram_endpoint(FailAtFirst, local_addr=("127.0.0.1", 0))
+        _queue_datagrams(server.transport.get_extra_info("sockname"), 5)
+        await _until(lambda: server.datagrams.qsize() == 5)
+        got = [server.datagrams.get_nowait()[0] for _ in range(server.datagrams.qsize())]
+        await server.close()
+        return got
+
+    assert run(main()) == [b"%d" % n for n in range(5)]
+    assert [str(e) for e in errors] == ["first"]
+
+
 def test_connected_endpoint_sends_without_an_address(loop, run):
     async def main():
         _, server = await loop.create_datagram_endpoint(

@@ -110,6 +110,12 @@ pub struct DatagramCore {
     hosts: LoopCell<HostCache>,
 }
 
+/// Datagrams read per readiness event at most. asyncio reads one, so every datagram costs an
+/// `epoll_wait` as well as its `recvfrom`; reading on while more are waiting (libuv reads up to
+/// 32) saves those, and the bound keeps a flood on one socket from holding up the rest of the
+/// loop.
+const READS_PER_EVENT: usize = 16;
+
 /// How one send attempt ended.
 enum Sent {
     Done,
@@ -232,16 +238,29 @@ impl DatagramCore {
         LoopCore::set_fd_handle(loop_, fd.as_any(), &callback, PyTuple::empty(py), true).map(drop)
     }
 
-    /// asyncio's `_read_ready`.
+    /// asyncio's `_read_ready`, repeated while datagrams are waiting (up to `READS_PER_EVENT`).
     fn on_readable(&self, py: Python<'_>) -> PyResult<()> {
+        for _ in 0..READS_PER_EVENT {
+            if !self.read_one(py)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One `recvfrom` and its delivery; `true` if a datagram reached the protocol, so the next
+    /// may be read now.
+    fn read_one(&self, py: Python<'_>) -> PyResult<bool> {
         let protocol = {
             let st = self.state.borrow(py)?;
-            if st.shared.conn_lost > 0 || st.sock.is_none() {
-                return Ok(());
+            // `close()` (which sets `closing`) or an abort in a callback ends the reading, as
+            // asyncio's removal of the reader does.
+            if st.shared.conn_lost > 0 || st.shared.closing || st.sock.is_none() {
+                return Ok(false);
             }
             match st.shared.protocol.as_ref() {
                 Some(p) => p.clone_ref(py),
-                None => return Ok(()),
+                None => return Ok(false),
             }
         };
         let fd = self.fd;
@@ -270,19 +289,21 @@ impl DatagramCore {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
                 ) =>
             {
-                return Ok(())
+                return Ok(false)
             }
-            Err(e) => return self.error_received(py, os_error(py, &e)),
+            Err(e) => return self.error_received(py, os_error(py, &e)).map(|()| false),
         };
         let addr = match from.to_python_cached(py, &mut *self.hosts.borrow(py)?) {
             Ok(addr) => addr,
-            Err(e) if e.is_instance_of::<PyOSError>(py) => return self.error_received(py, e),
-            Err(e) => return self.fatal(py, e, READ_ERROR),
+            Err(e) if e.is_instance_of::<PyOSError>(py) => {
+                return self.error_received(py, e).map(|()| false)
+            }
+            Err(e) => return self.fatal(py, e, READ_ERROR).map(|()| false),
         };
         protocol
             .bind(py)
             .call_method1(intern!(py, "datagram_received"), (data, addr))
-            .map(drop)
+            .map(|_| true)
     }
 
     /// The socket is writable: asyncio's `_sendto_ready`.
