@@ -21,8 +21,10 @@
 //!   `SharedState`, with the accessors every core gets from `core_pymethods!`) and the queue; it
 //!   is borrowed only between Python calls.
 //! - **Reads**: one `recvfrom` of up to 256 KiB into the per-thread buffer, then one `bytes` and
-//!   the address in `socket.recvfrom`'s form (`sockaddr.rs`) go to `datagram_received`.
-//!   Exceptions from the protocol leave the callback, as in asyncio (the loop reports them).
+//!   the address in `socket.recvfrom`'s form (`sockaddr.rs`) go to `datagram_received`; repeated
+//!   while datagrams are waiting, up to `READS_PER_EVENT`, and never after `close()` or a loss
+//!   (checked before every read). Exceptions from the protocol leave the callback, as in asyncio
+//!   (the loop reports them), and end the batch.
 //! - **Writes**: with nothing queued, one `send` (connected) or `sendto` (a numeric IP address
 //!   parsed natively; anything else through the Python socket's `sendto`, for CPython's exact
 //!   conversion and name resolution). A datagram that would block is queued whole as `bytes`
