@@ -76,18 +76,21 @@ fmt: $(STAMP) ## Format Rust and Python sources
 	$(VENV)/bin/ruff format .
 
 bench: build ## Loop benchmarks against asyncio, uvloop and rloop (tables + PNG in benchmarks/results)
-	@echo '#include <openssl/ssl.h>' | cc -E -x c - >/dev/null 2>&1 || { \
+	@echo '#include <openssl/ssl.h>' | cc -E -x c - >/dev/null 2>&1 || \
+		{ apt-get update -q >/dev/null && apt-get install -y -q libssl-dev >/dev/null; } || { \
 		echo "OpenSSL headers not found (the echo client links OpenSSL): apt-get install -y libssl-dev"; exit 1; }
 	$(PIP) install -q uvloop rloop matplotlib
 	$(PY) benchmarks/loop/run.py
 
 bench-http: build ## HTTP server benchmarks against granian, uvicorn, hypercorn (tables + PNG in benchmarks/results)
-	@command -v wrk >/dev/null || { echo "wrk not found: apt-get install -y wrk"; exit 1; }
+	@command -v wrk >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null; } || \
+		{ echo "wrk not found: apt-get install -y wrk"; exit 1; }
 	$(PIP) install -q granian uvicorn httptools uvloop hypercorn fastapi matplotlib
 	$(PY) benchmarks/http/run.py
 
 bench-workers: build ## --workers N: shared accept against SO_REUSEPORT (2 and 4 workers, ~5 min; benchmarks/results/workers.*)
-	@command -v wrk >/dev/null || { echo "wrk not found: apt-get install -y wrk"; exit 1; }
+	@command -v wrk >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null; } || \
+		{ echo "wrk not found: apt-get install -y wrk"; exit 1; }
 	$(PY) benchmarks/http/workers.py $(ARGS)
 
 bench-instructions: build ## Instructions per request of the server under callgrind (hello and FastAPI; ~4 min)

@@ -126,41 +126,44 @@ def test_handles_made_after_others_were_freed_are_tracked_by_the_collector(loop)
         handle.cancel()
 
 
-def test_a_cycle_through_a_handle_made_after_others_were_freed_is_collected(loop):
-    class Holder:
-        def method(self):
-            pass
+class _Holder:
+    def method(self):
+        pass
 
-    _run_and_free_handles(loop)
+
+def _collected_cycles(loop, schedule, run):
+    """Makes 10 cycles holder -> handle -> bound method -> holder with `schedule` (a holder's
+    bound method in, its handle out), lets `run` run them, drops them and collects: the weak
+    references' targets (None for each collected holder)."""
     refs = []
     for _ in range(10):
-        holder = Holder()
-        # holder -> handle -> bound method -> holder
-        holder.handle = loop.call_soon(holder.method)
+        holder = _Holder()
+        holder.handle = schedule(holder.method)
         refs.append(weakref.ref(holder))
     del holder
-    loop.call_soon(loop.stop)
-    loop.run_forever()
+    run()
     gc.collect()
-    assert [ref() for ref in refs] == [None] * 10
+    return [ref() for ref in refs]
+
+
+def test_a_cycle_through_a_handle_made_after_others_were_freed_is_collected(loop):
+    _run_and_free_handles(loop)
+
+    def run():
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+
+    assert _collected_cycles(loop, loop.call_soon, run) == [None] * 10
 
 
 def test_a_cycle_through_a_timer_handle_that_fired_is_collected(loop):
-    class Holder:
-        def method(self):
-            pass
-
     _fire_and_free_timers(loop)
-    refs = []
-    for _ in range(10):
-        holder = Holder()
-        # holder -> timer handle -> bound method -> holder, once the timer has fired
-        holder.handle = loop.call_later(0, holder.method)
-        refs.append(weakref.ref(holder))
-    del holder
-    loop.run_until_complete(asyncio.sleep(0.01))
-    gc.collect()
-    assert [ref() for ref in refs] == [None] * 10
+    targets = _collected_cycles(
+        loop,
+        lambda method: loop.call_later(0, method),
+        lambda: loop.run_until_complete(asyncio.sleep(0.01)),
+    )
+    assert targets == [None] * 10
 
 
 def test_the_collector_sees_what_a_handle_holds(loop):

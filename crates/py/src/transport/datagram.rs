@@ -296,7 +296,7 @@ impl DatagramCore {
             Err(e) => return self.error_received(py, os_error(py, &e)).map(|()| false),
         };
         // The cache's borrow ends before any Python code (`error_received`) can run.
-        let converted = from.to_python_cached(py, &mut *self.hosts.borrow(py)?);
+        let converted = from.to_python(py, &mut *self.hosts.borrow(py)?);
         let addr = match converted {
             Ok(addr) => addr,
             Err(e) if e.is_instance_of::<PyOSError>(py) => {

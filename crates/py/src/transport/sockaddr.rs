@@ -52,8 +52,13 @@ impl SockAddr {
         &mut self.len
     }
 
-    /// The address as `socket.recvfrom` gives it (see the module docs).
-    pub(super) fn to_python<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    /// The address as `socket.recvfrom` gives it (see the module docs), the host `str` of an
+    /// IPv4 sender taken from `cache` when it is the cached address (and cached otherwise).
+    pub(super) fn to_python<'py>(
+        &self,
+        py: Python<'py>,
+        cache: &mut HostCache,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let len = self.len as usize;
         if len == 0 {
             return Ok(py.None().into_bound(py));
@@ -62,7 +67,15 @@ impl SockAddr {
             libc::AF_INET => {
                 // SAFETY: the family says the storage holds a sockaddr_in.
                 let a: &libc::sockaddr_in = unsafe { &*self.as_ptr().cast() };
-                let host = ipv4_host(py, a.sin_addr.s_addr);
+                let ip = a.sin_addr.s_addr;
+                let host = match &cache.v4 {
+                    Some((cached, host)) if *cached == ip => host.bind(py).clone(),
+                    _ => {
+                        let host = ipv4_host(py, ip);
+                        cache.v4 = Some((ip, host.clone().unbind()));
+                        host
+                    }
+                };
                 (host, u16::from_be(a.sin_port)).into_bound_py_any(py)
             }
             libc::AF_INET6 => {
@@ -100,30 +113,6 @@ impl SockAddr {
                 (family, PyBytes::new(py, data)).into_bound_py_any(py)
             }
         }
-    }
-
-    /// [`SockAddr::to_python`], with the host `str` of an IPv4 sender taken from `cache` when it
-    /// is the cached address (and cached otherwise).
-    pub(super) fn to_python_cached<'py>(
-        &self,
-        py: Python<'py>,
-        cache: &mut HostCache,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        if self.len == 0 || i32::from(self.storage.ss_family) != libc::AF_INET {
-            return self.to_python(py);
-        }
-        // SAFETY: the family says the storage holds a sockaddr_in.
-        let a: &libc::sockaddr_in = unsafe { &*self.as_ptr().cast() };
-        let ip = a.sin_addr.s_addr;
-        let host = match &cache.v4 {
-            Some((cached, host)) if *cached == ip => host.bind(py).clone(),
-            _ => {
-                let host = ipv4_host(py, ip);
-                cache.v4 = Some((ip, host.clone().unbind()));
-                host
-            }
-        };
-        (host, u16::from_be(a.sin_port)).into_bound_py_any(py)
     }
 
     /// `getnameinfo(NI_NUMERICHOST)`, as CPython's `makeipaddr`.
