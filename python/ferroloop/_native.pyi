@@ -231,6 +231,8 @@ class HttpServer:
         limit_body: int | None = None,
         server_header: bool = True,
         date_header: bool = True,
+        headers: list[tuple[bytes, bytes]] = ...,
+        reset_contextvars: bool = False,
         access_log: Callable[[Any, str, str, str, int], object] | None = None,
         log_error: Callable[[str, BaseException | None], object] | None = None,
         plain_app: Callable[..., Any] | None = None,

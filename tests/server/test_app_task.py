@@ -128,3 +128,18 @@ def test_a_burst_of_ready_requests_does_not_wake_the_collector(
 
     after = _task_info(control.request("GET", "/gc-counts"))
     assert after[0] - before[0] <= 1, (before, after)
+
+
+def test_requests_see_the_context_the_server_started_in(server, connect):
+    response = connect(server).request("GET", "/server-var")
+    assert (response.status, response.body) == (200, b"set-at-import")
+
+
+def test_reset_contextvars_runs_requests_in_an_empty_context(serve, connect):
+    server = serve("raw_asgi:app", "--reset-contextvars")
+    connection = connect(server)
+    response = connection.request("GET", "/server-var")
+    assert (response.status, response.body) == (200, b"unset")
+    # Still one fresh context per request: nothing one request sets reaches the next.
+    for value in ("a", "b"):
+        _check_fresh_task(_task_info(connection.request("GET", f"/task-info?value={value}")), value)

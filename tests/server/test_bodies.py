@@ -155,6 +155,43 @@ def test_no_server_header_and_no_date_header_options(serve, connect):
     assert response.header("date") is None
 
 
+def test_header_option_adds_fields_to_every_response(serve, connect):
+    server = serve("raw_asgi:app", "--header", "X-Frame-Options:DENY", "--header", "x-team:core")
+    for target in ("/hello", "/echo", "/chunked-response"):
+        response = connect(server).request("GET", target)
+        assert response.status == 200
+        assert response.header_values("x-frame-options") == ["DENY"], target
+        assert response.header_values("x-team") == ["core"], target
+
+
+def test_header_option_named_server_replaces_the_server_header(serve, connect):
+    server = serve("raw_asgi:app", "--header", "Server:edge-proxy")
+    response = connect(server).request("GET", "/hello")
+    assert response.header_values("server") == ["edge-proxy"]
+
+
+@pytest.mark.ferroloop_only(reason="uvicorn sends both the --header field and the app's")
+def test_the_apps_own_field_wins_over_a_header_option(serve, connect):
+    server = serve("raw_asgi:app", "--header", "x-team:core", "--header", "x-other:kept")
+    response = connect(server).request("GET", "/with-header?name=X-Team&value=app")
+    assert response.header_values("x-team") == ["app"]
+    assert response.header_values("x-other") == ["kept"]
+
+
+@pytest.mark.ferroloop_only(reason="the server's own error responses; uvicorn's h11 differ")
+def test_error_responses_carry_the_header_option_and_server_fields(serve, connect):
+    server = serve("raw_asgi:app", "--header", "x-team:core")
+    connection = connect(server)
+    connection.send(b"GET / HTTP/1.1\r\nHost: test\r\nContent-Length: x\r\n\r\n")
+    rejected = connection.read_response()
+    assert rejected.status == 400
+    assert rejected.header_values("x-team") == ["core"]
+    assert rejected.header_values("server") == ["ferroloop"]
+    failed = connect(server).request("GET", "/raise-before-start")
+    assert failed.status == 500
+    assert failed.header_values("x-team") == ["core"]
+
+
 def send_head_with_expect(connection, target: str, body: bytes) -> None:
     connection.send(
         (

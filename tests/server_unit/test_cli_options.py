@@ -70,6 +70,10 @@ def test_every_option():
         "--limit-uri", "2048",
         "--limit-body", "1048576",
         "--app-task", "asyncio",
+        "--header", "X-Frame-Options: DENY",
+        "--header", "x-team:core:blue",
+        "--reset-contextvars",
+        "--h11-max-incomplete-event-size", "4096",
     ]  # fmt: skip
     options = parse_args(argv)
     assert options == {
@@ -111,6 +115,9 @@ def test_every_option():
         "limit_uri": 2048,
         "limit_body": 1048576,
         "app_task": "asyncio",
+        "headers": [("X-Frame-Options", "DENY"), ("x-team", "core:blue")],
+        "reset_contextvars": True,
+        "h11_max_incomplete_event_size": 4096,
         "loop": None,
         "http": None,
         "ws": None,
@@ -139,7 +146,14 @@ def test_options_are_exactly_config_parameters():
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["m:a", "--log-level", "loud"], ["m:a", "--lifespan", "maybe"], ["m:a", "--port", "x"]],
+    [
+        [],
+        ["m:a", "--log-level", "loud"],
+        ["m:a", "--lifespan", "maybe"],
+        ["m:a", "--port", "x"],
+        ["m:a", "--header", "no-colon"],
+        ["m:a", "--header", ":value-without-name"],
+    ],
 )
 def test_usage_errors_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as info:

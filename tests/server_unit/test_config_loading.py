@@ -273,6 +273,10 @@ def test_jitter_alias():
         ({"limit_concurrency": -1}, "limit_concurrency must be more than zero"),
         ({"timeout_graceful_shutdown": -1}, "timeout_graceful_shutdown must be zero or more"),
         ({"limit_uri": 0}, "limit_uri must be more than zero"),
+        ({"h11_max_incomplete_event_size": 0}, "limit_header_size must be more than zero"),
+        ({"headers": [("bad name", "x")]}, "header name 'bad name' is not an HTTP token"),
+        ({"headers": [("x-a", "one\r\nx-b: two")]}, "header 'x-a' has a value with CR, LF"),
+        ({"headers": [("x-a", "snow \u2603")]}, "header 'x-a' has a value that is not latin-1"),
     ],
 )
 def test_bad_options_are_rejected_with_the_option_name(kwargs, message):
@@ -306,8 +310,21 @@ def test_http_server_options():
         "limit_body": 1024,
         "server_header": False,
         "date_header": True,
+        "headers": [],
+        "reset_contextvars": False,
         "native_tasks": True,
     }
+    cfg = config(
+        "m:app",
+        headers=[("X-Frame-Options", "DENY"), ("Server", "edge")],
+        reset_contextvars=True,
+        h11_max_incomplete_event_size=4096,
+    )
+    options = cfg.http_server_options()
+    # uvicorn's encoding: lowercase latin-1 names, the values as given.
+    assert options["headers"] == [(b"x-frame-options", b"DENY"), (b"server", b"edge")]
+    assert options["reset_contextvars"] is True
+    assert options["limit_header_size"] == 4096
     assert config("m:app", app_task="asyncio").http_server_options()["native_tasks"] is False
     with pytest.raises(ValueError, match="app_task must be 'native' or 'asyncio'"):
         config("m:app", app_task="trio")

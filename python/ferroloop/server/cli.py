@@ -21,6 +21,14 @@ from .serve import run_config
 _BOOL = argparse.BooleanOptionalAction
 
 
+def _header(text: str) -> tuple[str, str]:
+    """``--header NAME:VALUE`` as uvicorn takes it (spaces around the value dropped)."""
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME:VALUE, got {text!r}")
+    return name.strip(), value.strip()
+
+
 def _version() -> str:
     from .. import __version__
 
@@ -116,6 +124,20 @@ def build_parser() -> argparse.ArgumentParser:
     add("--server-header", action=_BOOL, default=True, help="send 'server: ferroloop'")
     add("--date-header", action=_BOOL, default=True, help="send the 'date' header")
     add(
+        "--header",
+        dest="headers",
+        action="append",
+        type=_header,
+        default=None,
+        metavar="NAME:VALUE",
+        help="send this header with every response (repeatable; the app's own wins)",
+    )
+    add(
+        "--reset-contextvars",
+        action="store_true",
+        help="run each request's app in a new empty contextvars.Context",
+    )
+    add(
         "--app-task",
         choices=["native", "asyncio"],
         default="native",
@@ -132,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--limit-headers", type=int, default=100, help="number of request headers (431)")
     add("--limit-uri", type=int, default=8192, help="bytes of the request target (414)")
     add("--limit-body", type=int, default=None, help="bytes of a request body (413; no limit)")
+    add(
+        "--h11-max-incomplete-event-size",
+        type=int,
+        default=None,
+        help="uvicorn's h11 limit, taken as --limit-header-size",
+    )
     for name in ("--loop", "--http", "--ws"):
         add(name, default=None, help="uvicorn option, accepted and ignored")
     add("--version", action="store_true", help="print the version and exit")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -107,6 +108,9 @@ class Config:
         limit_body: int | None = None,
         app_task: Literal["native", "asyncio"] = "native",
         *,
+        headers: list[tuple[str, str]] | None = None,
+        reset_contextvars: bool = False,
+        h11_max_incomplete_event_size: int | None = None,
         limit_max_requests_jitter: int | None = None,
         loop: str | None = None,
         http: str | None = None,
@@ -151,6 +155,12 @@ class Config:
         self.limit_headers = limit_headers
         self.limit_uri = limit_uri
         self.limit_body = limit_body
+        # uvicorn's h11 limit on an incomplete request head is this server's head size limit.
+        if h11_max_incomplete_event_size is not None:
+            self.limit_header_size = h11_max_incomplete_event_size
+        self.headers = [(str(name), str(value)) for name, value in headers or []]
+        self.encoded_headers = _encode_headers(self.headers)
+        self.reset_contextvars = reset_contextvars
 
         self.loaded = False
         self.loaded_app: Any = None
@@ -312,8 +322,29 @@ class Config:
             "limit_body": self.limit_body,
             "server_header": self.server_header,
             "date_header": self.date_header,
+            "headers": self.encoded_headers,
+            "reset_contextvars": self.reset_contextvars,
             "native_tasks": self.app_task == "native",
         }
+
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def _encode_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """``headers`` as the native server sends them: lowercase names, latin-1 bytes (uvicorn's
+    encoding); a name that is not an RFC 9110 token or a value with CR, LF or NUL is refused."""
+    encoded = []
+    for name, value in headers:
+        if not _TOKEN.fullmatch(name):
+            raise ValueError(f"header name {name!r} is not an HTTP token (e.g. 'X-Frame-Options')")
+        if any(c in value for c in "\r\n\0"):
+            raise ValueError(f"header {name!r} has a value with CR, LF or NUL")
+        try:
+            encoded.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+        except UnicodeEncodeError:
+            raise ValueError(f"header {name!r} has a value that is not latin-1") from None
+    return encoded
 
 
 def _as_list(value: list[str] | str | None) -> list[str]:

@@ -455,6 +455,20 @@ async def split_trailers(scope: Any, receive: Any, send: Any) -> None:
 
 
 REQUEST_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("request_var", default="unset")
+# Set when the server imports the app, in the context the server starts in: a request sees it
+# unless the server runs requests in a new empty context (--reset-contextvars).
+SERVER_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("server_var", default="unset")
+SERVER_VAR.set("set-at-import")
+
+
+async def server_var(scope: Any, receive: Any, send: Any) -> None:
+    await _respond(send, SERVER_VAR.get().encode())
+
+
+async def with_header(scope: Any, receive: Any, send: Any) -> None:
+    """Responds with the header ``?name=`` set to ``?value=``."""
+    query = _query(scope)
+    await _respond(send, b"ok", headers=[(query["name"].encode(), query["value"].encode())])
 
 
 async def task_info(scope: Any, receive: Any, send: Any) -> None:
@@ -509,6 +523,8 @@ ROUTES = {
     "/split-trailers": split_trailers,
     "/header-shapes": header_shapes,
     "/task-info": task_info,
+    "/server-var": server_var,
+    "/with-header": with_header,
 }
 
 

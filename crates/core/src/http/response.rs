@@ -5,8 +5,11 @@
 //!   exactly as it was, so the caller can fall back to a 500 on the same buffer.
 //! * The application's header fields are written as given (same case, same order); the codec only
 //!   adds what the framing needs (`content-length`, `transfer-encoding`, `connection`) and the
-//!   `date` and `server` fields the application did not set. The one field it drops is
-//!   `transfer-encoding` in a response to HTTP/1.0, which RFC 9112 §6.1 forbids.
+//!   server's own fields ([`ServerFields`]: `date`, `server` and the configured extra ones) that
+//!   the application did not set. The one field it drops is `transfer-encoding` in a response to
+//!   HTTP/1.0, which RFC 9112 §6.1 forbids.
+//! * An extra field of [`ServerFields`] with the name `date` or `server` replaces the built-in
+//!   one; every extra field passed [`valid_field`] when it was configured.
 //! * The returned [`Framing`] is the contract for the body: `send_body == false` means every body
 //!   byte is dropped; `chunked` means every body write goes through [`encode_chunk`] and the
 //!   response ends with [`encode_last_chunk`]; `keep_alive == false` means close after the body.
@@ -37,6 +40,44 @@ pub struct Framing {
     /// The declared length (the application's `content-length`, or the one added from
     /// `known_length`), which the caller may check the body against.
     pub content_length: Option<u64>,
+}
+
+/// The fields the server adds to every response head, unless the application set a field of the
+/// same name: `date`, `server`, then the configured extra fields (`--header`), in that order.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerFields<'a> {
+    /// The `date` value, when the server sends one.
+    pub date: Option<&'a [u8]>,
+    /// The `server` value, when the server sends one.
+    pub server: Option<&'a [u8]>,
+    /// Extra `(name, value)` fields, each checked with [`valid_field`] when configured. One
+    /// named `date` or `server` replaces the built-in field.
+    pub extra: &'a [(Vec<u8>, Vec<u8>)],
+}
+
+impl ServerFields<'_> {
+    /// Writes the fields, skipping those whose name `skip` says the application set.
+    fn push(&self, out: &mut Vec<u8>, skip: impl Fn(&[u8]) -> bool) {
+        let replaced = |name: &[u8]| self.extra.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+        for (name, value) in [(&b"date"[..], self.date), (b"server", self.server)] {
+            if let Some(value) = value.filter(|v| valid_value(v)) {
+                if !skip(name) && !replaced(name) {
+                    push_field(out, name, value);
+                }
+            }
+        }
+        for (name, value) in self.extra {
+            if !skip(name) {
+                push_field(out, name, value);
+            }
+        }
+    }
+}
+
+/// Whether `name: value` can be written as a header field: the name an RFC 9110 token, the value
+/// without CR, LF or NUL.
+pub fn valid_field(name: &[u8], value: &[u8]) -> bool {
+    !name.is_empty() && name.iter().copied().all(is_tchar) && valid_value(value)
 }
 
 /// A response head the codec refuses to write; the message names the bad header or status.
@@ -75,8 +116,7 @@ pub fn encode_head(
     status: u16,
     headers: &[(&[u8], &[u8])],
     known_length: Option<u64>,
-    date: Option<&[u8]>,
-    server: Option<&[u8]>,
+    fields: &ServerFields<'_>,
 ) -> Result<Framing, HeaderError> {
     if !(100..=999).contains(&status) {
         return Err(HeaderError(format!(
@@ -84,7 +124,7 @@ pub fn encode_head(
         )));
     }
     let app = scan_fields(headers)?;
-    for (name, value) in [(&b"date"[..], date), (b"server", server)] {
+    for (name, value) in [(&b"date"[..], fields.date), (b"server", fields.server)] {
         if value.is_some_and(|v| !valid_value(v)) {
             return Err(HeaderError(format!(
                 "{} value contains CR, LF or NUL",
@@ -129,12 +169,15 @@ pub fn encode_head(
     out.push(b' ');
     out.extend_from_slice(reason_phrase(status));
     out.extend_from_slice(b"\r\n");
-    if let (Some(date), false) = (date, app.date) {
-        push_field(out, b"date", date);
-    }
-    if let (Some(server), false) = (server, app.server) {
-        push_field(out, b"server", server);
-    }
+    fields.push(out, |name| {
+        if name.eq_ignore_ascii_case(b"date") {
+            app.date
+        } else if name.eq_ignore_ascii_case(b"server") {
+            app.server
+        } else {
+            headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
+        }
+    });
     for &(name, value) in headers {
         if http10 && name.eq_ignore_ascii_case(b"transfer-encoding") {
             continue;
@@ -400,8 +443,9 @@ pub fn reason_phrase(status: u16) -> &'static [u8] {
 }
 
 /// A complete HTTP/1.1 response for a rejected request: `message` as a text/plain body, with
-/// `content-length` and `connection: close`. A status outside 100..=999 is sent as 500.
-pub fn error_response(status: u16, message: &str, date: Option<&[u8]>) -> Vec<u8> {
+/// `content-length` and `connection: close`, then the server's fields. A status outside
+/// 100..=999 is sent as 500.
+pub fn error_response(status: u16, message: &str, fields: &ServerFields<'_>) -> Vec<u8> {
     let status = if (100..=999).contains(&status) {
         status
     } else {
@@ -415,9 +459,12 @@ pub fn error_response(status: u16, message: &str, date: Option<&[u8]>) -> Vec<u8
     out.extend_from_slice(b"\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ");
     push_decimal(&mut out, message.len() as u64);
     out.extend_from_slice(b"\r\nconnection: close\r\n");
-    if let Some(date) = date.filter(|d| valid_value(d)) {
-        push_field(&mut out, b"date", date);
-    }
+    let ours = |name: &[u8]| {
+        [&b"content-type"[..], b"content-length", b"connection"]
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(name))
+    };
+    fields.push(&mut out, ours);
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(message.as_bytes());
     out

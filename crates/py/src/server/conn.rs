@@ -470,7 +470,11 @@ impl Conn {
         e: &HttpError,
     ) {
         let date = server.date(py);
-        let bytes = error_response(e.status, e.reason, date.as_ref().map(|d| &d[..]));
+        let bytes = error_response(
+            e.status,
+            e.reason,
+            &server.fields(date.as_ref().map(|d| &d[..])),
+        );
         st.out.push(&bytes);
         st.rbuf.clear();
         st.rpos = 0;
@@ -615,8 +619,11 @@ impl Conn {
                         ));
                     }
                     let date = server.date(py);
-                    let bytes =
-                        error_response(500, "Internal Server Error", date.as_ref().map(|d| &d[..]));
+                    let bytes = error_response(
+                        500,
+                        "Internal Server Error",
+                        &server.fields(date.as_ref().map(|d| &d[..])),
+                    );
                     st.out.push(&bytes);
                     Self::complete(py, server, &mut st, &mut fx, 500, false);
                 }

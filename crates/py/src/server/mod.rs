@@ -26,7 +26,7 @@ mod scope;
 use std::io::{self, Write as _};
 use std::os::fd::RawFd;
 
-use ferroloop_core::http::{DateCache, Limits};
+use ferroloop_core::http::{valid_field, DateCache, Limits, ServerFields};
 use ferroloop_core::IntMap;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
@@ -44,6 +44,10 @@ use crate::event_loop::LoopCore;
 use scope::ScopeBase;
 
 /// The server's fixed configuration.
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "independent options, not a state"
+)]
 pub(crate) struct Options {
     pub limits: Limits,
     pub limit_concurrency: Option<usize>,
@@ -52,6 +56,11 @@ pub(crate) struct Options {
     pub timeout_header: f64,
     pub server_header: bool,
     pub date_header: bool,
+    /// `--header` fields sent with every response (`ServerFields::extra`), checked in `new`.
+    pub extra_headers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Each request's app runs in a new empty context rather than a copy of the server's
+    /// (`--reset-contextvars`).
+    pub reset_contextvars: bool,
     /// Run apps in `ferroloop.Task`s (`task.rs`) rather than asyncio's Task.
     pub native_tasks: bool,
 }
@@ -118,9 +127,13 @@ impl HttpServer {
     #[pyo3(signature = (r#loop, sock, app, *, root_path="", state=None, scheme="http",
         limit_concurrency=None, timeout_keep_alive=5.0, timeout_header=10.0,
         limit_header_size=65536, limit_headers=100, limit_uri=8192, limit_body=None,
-        server_header=true, date_header=true, access_log=None, log_error=None, plain_app=None,
-        native_tasks=true))]
+        server_header=true, date_header=true, headers=Vec::new(), reset_contextvars=false,
+        access_log=None, log_error=None, plain_app=None, native_tasks=true))]
     #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::fn_params_excessive_bools,
+        reason = "Python keyword arguments, one per option"
+    )]
     fn new(
         py: Python<'_>,
         r#loop: &Bound<'_, PyAny>,
@@ -138,6 +151,8 @@ impl HttpServer {
         limit_body: Option<u64>,
         server_header: bool,
         date_header: bool,
+        headers: Vec<(Vec<u8>, Vec<u8>)>,
+        reset_contextvars: bool,
         access_log: Option<Py<PyAny>>,
         log_error: Option<Py<PyAny>>,
         plain_app: Option<Py<PyAny>>,
@@ -153,6 +168,14 @@ impl HttpServer {
             return Err(PyValueError::new_err(
                 "limit_headers, limit_uri must be positive and limit_header_size at least 64",
             ));
+        }
+        if let Some((name, value)) = headers.iter().find(|(n, v)| !valid_field(n, v)) {
+            return Err(PyValueError::new_err(format!(
+                "invalid default header {:?}: {:?} (the name must be an RFC 9110 token, the \
+                 value without CR, LF or NUL)",
+                String::from_utf8_lossy(name),
+                String::from_utf8_lossy(value),
+            )));
         }
         let fd: RawFd = sock.call_method0(intern!(py, "fileno"))?.extract()?;
         if fd < 0 {
@@ -185,6 +208,8 @@ impl HttpServer {
                 timeout_header,
                 server_header,
                 date_header,
+                extra_headers: headers,
+                reset_contextvars,
                 native_tasks,
             },
             state: LoopCell::new(ServerState {
@@ -460,6 +485,15 @@ impl HttpServer {
         self.state.borrow(py).ok().map(|mut st| *st.date.get())
     }
 
+    /// The fields the server adds to a response head, with `date` (from [`Self::date`]).
+    pub(crate) fn fields<'a>(&'a self, date: Option<&'a [u8]>) -> ServerFields<'a> {
+        ServerFields {
+            date,
+            server: self.opts.server_header.then_some(b"ferroloop"),
+            extra: &self.opts.extra_headers,
+        }
+    }
+
     pub(crate) fn conn_closed(&self, py: Python<'_>, fd: RawFd) -> Option<Py<Conn>> {
         self.state.borrow(py).ok()?.conns.remove(&fd)
     }
@@ -509,7 +543,14 @@ impl HttpServer {
         ))
     }
 
+    /// The context a request's app runs in: a copy of the server's, or with
+    /// `--reset-contextvars` a new empty one.
     pub(crate) fn task_context<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if self.opts.reset_contextvars {
+            // SAFETY: we hold the GIL; PyContext_New returns a new reference or NULL with an
+            // exception set.
+            return unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_New()) };
+        }
         // SAFETY: we hold the GIL and `self.context` is a live `contextvars.Context` (made by
         // PyContext_CopyCurrent); PyContext_Copy returns a new reference or NULL with an
         // exception set.

@@ -588,7 +588,7 @@ fn write_head(
         .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
         .collect();
     let date = server.date(py);
-    let server_name: Option<&[u8]> = server.opts().server_header.then_some(b"ferroloop");
+    let fields = server.fields(date.as_ref().map(|d| &d[..]));
     out.with_tail(|buf| {
         encode_head(
             buf,
@@ -596,8 +596,7 @@ fn write_head(
             req.resp.status,
             &pairs,
             known_length,
-            date.as_ref().map(|d| &d[..]),
-            server_name,
+            &fields,
         )
     })
     .map_err(|e| PyRuntimeError::new_err(format!("invalid response: {e}")))

@@ -321,7 +321,14 @@ fn heads_and_framing() {
     let cases = HEAD_CASES;
     for &(name, req, status, headers, known, want, want_framing) in cases {
         let mut out = Vec::new();
-        let got = encode_head(&mut out, req, status, headers, known, None, None);
+        let got = encode_head(
+            &mut out,
+            req,
+            status,
+            headers,
+            known,
+            &ServerFields::default(),
+        );
         assert_eq!(got, Ok(want_framing), "{name}");
         assert_eq!(String::from_utf8_lossy(&out), want, "{name}");
     }
@@ -337,8 +344,11 @@ fn date_and_server_are_added_unless_the_app_set_them() {
         200,
         &[],
         Some(0),
-        Some(date),
-        Some(b"ferroloop"),
+        &ServerFields {
+            date: Some(date),
+            server: Some(b"ferroloop"),
+            extra: &[],
+        },
     )
     .unwrap();
     let want = "HTTP/1.1 200 OK\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\nserver: ferroloop\r\ncontent-length: 0\r\n\r\n";
@@ -352,8 +362,11 @@ fn date_and_server_are_added_unless_the_app_set_them() {
         200,
         app,
         Some(0),
-        Some(date),
-        Some(b"ferroloop"),
+        &ServerFields {
+            date: Some(date),
+            server: Some(b"ferroloop"),
+            extra: &[],
+        },
     )
     .unwrap();
     let want = "HTTP/1.1 200 OK\r\nDate: yesterday\r\nSERVER: mine\r\ncontent-length: 0\r\n\r\n";
@@ -401,7 +414,11 @@ fn bad_heads_are_refused_and_leave_the_buffer_alone() {
     ];
     for &(status, headers, server, names) in cases {
         let mut out = b"earlier response".to_vec();
-        let err = encode_head(&mut out, V11, status, headers, None, None, server).unwrap_err();
+        let fields = ServerFields {
+            server,
+            ..ServerFields::default()
+        };
+        let err = encode_head(&mut out, V11, status, headers, None, &fields).unwrap_err();
         assert!(err.to_string().contains(names), "{err} should name {names}");
         assert_eq!(out, b"earlier response", "{err}");
     }
@@ -475,13 +492,18 @@ fn reason_phrases() {
 
 #[test]
 fn error_responses_are_complete_and_close() {
-    let got = error_response(431, "too big", Some(b"Thu, 01 Jan 1970 00:00:00 GMT"));
+    let fields = ServerFields {
+        date: Some(b"Thu, 01 Jan 1970 00:00:00 GMT"),
+        ..ServerFields::default()
+    };
+    let got = error_response(431, "too big", &fields);
     let want = "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 7\r\nconnection: close\r\ndate: Thu, 01 Jan 1970 00:00:00 GMT\r\n\r\ntoo big";
     assert_eq!(String::from_utf8_lossy(&got), want);
-    let got = error_response(400, "", None);
+    let got = error_response(400, "", &ServerFields::default());
     let want = "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
     assert_eq!(String::from_utf8_lossy(&got), want);
-    assert!(error_response(7, "x", None).starts_with(b"HTTP/1.1 500 Internal Server Error\r\n"));
+    assert!(error_response(7, "x", &ServerFields::default())
+        .starts_with(b"HTTP/1.1 500 Internal Server Error\r\n"));
 }
 
 #[test]
@@ -493,4 +515,74 @@ fn tchar_table_is_rfc_9110_token_characters() {
         let expected = b.is_ascii_digit() || b.is_ascii_alphabetic() || punctuation.contains(&b);
         assert_eq!(is_tchar(b), expected, "byte {b:#04x}");
     }
+}
+
+#[test]
+fn extra_fields_follow_date_and_server_and_yield_to_the_app() {
+    let extra = vec![
+        (b"x-frame-options".to_vec(), b"DENY".to_vec()),
+        (b"x-team".to_vec(), b"core".to_vec()),
+    ];
+    let fields = ServerFields {
+        date: Some(b"Sun, 06 Nov 1994 08:49:37 GMT"),
+        server: Some(b"ferroloop"),
+        extra: &extra,
+    };
+    let mut out = Vec::new();
+    let app: &[(&[u8], &[u8])] = &[(b"X-Team", b"app")];
+    encode_head(&mut out, V11, 200, app, Some(0), &fields).unwrap();
+    let want = "HTTP/1.1 200 OK\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\nserver: ferroloop\r\n\
+                x-frame-options: DENY\r\nX-Team: app\r\ncontent-length: 0\r\n\r\n";
+    assert_eq!(String::from_utf8_lossy(&out), want);
+}
+
+#[test]
+fn an_extra_server_or_date_field_replaces_the_built_in_one() {
+    let extra = vec![
+        (b"Server".to_vec(), b"edge".to_vec()),
+        (b"date".to_vec(), b"never".to_vec()),
+    ];
+    let fields = ServerFields {
+        date: Some(b"Sun, 06 Nov 1994 08:49:37 GMT"),
+        server: Some(b"ferroloop"),
+        extra: &extra,
+    };
+    let mut out = Vec::new();
+    encode_head(&mut out, V11, 204, &[], None, &fields).unwrap();
+    let want = "HTTP/1.1 204 No Content\r\nServer: edge\r\ndate: never\r\n\r\n";
+    assert_eq!(String::from_utf8_lossy(&out), want);
+    // The application's own field still wins over the extra one.
+    let mut out = Vec::new();
+    let app: &[(&[u8], &[u8])] = &[(b"server", b"app")];
+    encode_head(&mut out, V11, 204, app, None, &fields).unwrap();
+    let want = "HTTP/1.1 204 No Content\r\ndate: never\r\nserver: app\r\n\r\n";
+    assert_eq!(String::from_utf8_lossy(&out), want);
+}
+
+#[test]
+fn error_responses_carry_the_server_fields_but_not_over_their_own() {
+    let extra = vec![
+        (b"x-team".to_vec(), b"core".to_vec()),
+        (b"Content-Type".to_vec(), b"text/html".to_vec()),
+    ];
+    let fields = ServerFields {
+        date: None,
+        server: Some(b"ferroloop"),
+        extra: &extra,
+    };
+    let got = error_response(400, "bad", &fields);
+    let want = "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n\
+                content-length: 3\r\nconnection: close\r\nserver: ferroloop\r\nx-team: core\r\n\r\nbad";
+    assert_eq!(String::from_utf8_lossy(&got), want);
+}
+
+#[test]
+fn valid_field_wants_a_token_name_and_a_clean_value() {
+    assert!(valid_field(b"x-frame-options", b"DENY"));
+    assert!(valid_field(b"x", b""));
+    assert!(!valid_field(b"", b"v"));
+    assert!(!valid_field(b"bad name", b"v"));
+    assert!(!valid_field(b"x:y", b"v"));
+    assert!(!valid_field(b"x", b"a\r\nInjected: 1"));
+    assert!(!valid_field(b"x", b"nul\0"));
 }
