@@ -1,5 +1,6 @@
 """--workers: requests are served by worker processes, children of the process started; a
-worker killed with SIGKILL is replaced and requests keep succeeding."""
+worker killed with SIGKILL is replaced and requests keep succeeding; a worker that stops
+answering health checks is killed and replaced."""
 
 from __future__ import annotations
 
@@ -55,3 +56,15 @@ def test_killed_worker_is_replaced(workers, http_request, wait_until):
     for _ in range(10):
         assert pid_of_a_worker(http_request, workers)["pid"] in served_by
     assert workers.proc.poll() is None
+
+
+def test_worker_that_stops_answering_health_checks_is_replaced(
+    spawn_server, http_request, wait_until
+):
+    server = spawn_server("raw_asgi:app", "--workers", "2", "--timeout-worker-healthcheck", "1")
+    first = pid_of_a_worker(http_request, server)["pid"]
+    os.kill(first, signal.SIGSTOP)  # neither its loop nor its answering thread runs any more
+    wait_until(lambda: is_gone(first), f"the stopped worker {first} to be killed", timeout=20)
+    entry = pid_of_a_worker(http_request, server)
+    assert entry["pid"] != first and entry["ppid"] == server.proc.pid
+    assert "did not answer a health check within 1 s; killing it" in server.output_text()

@@ -74,6 +74,7 @@ def test_every_option():
         "--header", "x-team:core:blue",
         "--reset-contextvars",
         "--h11-max-incomplete-event-size", "4096",
+        "--timeout-worker-healthcheck", "2.5",
     ]  # fmt: skip
     options = parse_args(argv)
     assert options == {
@@ -118,6 +119,7 @@ def test_every_option():
         "headers": [("X-Frame-Options", "DENY"), ("x-team", "core:blue")],
         "reset_contextvars": True,
         "h11_max_incomplete_event_size": 4096,
+        "timeout_worker_healthcheck": 2.5,
         "loop": None,
         "http": None,
         "ws": None,

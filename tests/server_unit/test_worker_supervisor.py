@@ -7,12 +7,18 @@ import logging
 import os
 import random
 import signal
+import threading
 import time
 
 import pytest
 from ferroloop.server import supervisor as supervisor_module
 from ferroloop.server.config import Config
-from ferroloop.server.supervisor import Supervisor, describe_status, respawn_delay
+from ferroloop.server.supervisor import (
+    Supervisor,
+    answer_health_checks,
+    describe_status,
+    respawn_delay,
+)
 from server_unit_harness import finish, read_until, running_harness
 
 
@@ -44,12 +50,14 @@ def fake_children(monkeypatch):
     script: list[tuple[float, int]] = []
     spawned: list[int] = []
 
-    def spawn(config, sockets, request_limit=None):
+    def spawn(config, sockets, request_limit=None, health=None, parent_only=()):
         seconds, code = script.pop(0) if script else (60.0, 0)
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
+            if health is not None and code != HANGS:
+                threading.Thread(target=answer_health_checks, args=(health,), daemon=True).start()
             time.sleep(seconds)
             os._exit(code)
         spawned.append(pid)
@@ -63,6 +71,10 @@ def fake_children(monkeypatch):
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+
+
+# A scripted exit code for a fake child that never answers health checks.
+HANGS = 99
 
 
 def step_until(sup: Supervisor, condition, timeout=5.0) -> None:
@@ -117,6 +129,41 @@ def test_quick_crashes_back_off(fake_children):
     sup.spawn()
     step_until(sup, lambda: sup._quick_deaths == 3)
     assert sup._spawn_due and sup._spawn_due[0] - time.monotonic() > 0.2  # 0.4 s pending
+    sup._stop_all()
+
+
+def test_worker_that_does_not_answer_health_checks_is_killed_and_replaced(fake_children, caplog):
+    caplog.set_level(logging.INFO, logger="ferroloop.error")
+    script, spawned = fake_children
+    script += [(60.0, HANGS), (60.0, 0)]
+    config = Config("m:app", workers=1, timeout_worker_healthcheck=0.3, log_config=None)
+    sup = Supervisor(config, [])
+    sup.spawn()
+    step_until(sup, lambda: len(spawned) == 2)
+    assert f"Worker process [{spawned[0]}] did not answer a health check within 0.3 s" in (
+        caplog.text
+    )
+    assert "died (signal SIGKILL); starting a new one" in caplog.text
+    sup._stop_all()
+
+
+def test_workers_that_answer_health_checks_are_left_alone(fake_children, caplog):
+    _, spawned = fake_children
+    config = Config("m:app", workers=2, timeout_worker_healthcheck=0.3, log_config=None)
+    sup = Supervisor(config, [])
+    sup.spawn()
+    sup.spawn()
+    answers: dict[int, set[float]] = {pid: set() for pid in sup.workers}
+
+    def count_answers() -> bool:
+        for pid, worker in sup.workers.items():
+            if worker.answered > worker.started:
+                answers[pid].add(worker.answered)  # the time of each answer received
+        return min(len(times) for times in answers.values()) >= 3
+
+    # Several checks answered by each worker (each takes HEALTHCHECK_INTERVAL), none killed.
+    step_until(sup, count_answers, timeout=10.0)
+    assert len(spawned) == 2 and "did not answer" not in caplog.text
     sup._stop_all()
 
 

@@ -90,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--backlog", type=int, default=2048, help="listen() backlog")
     add("--timeout-keep-alive", type=float, default=5, help="close idle connections after (s)")
     add(
+        "--timeout-worker-healthcheck",
+        type=float,
+        default=5,
+        help="with --workers: kill and replace a worker that does not answer a health check "
+        "within this many seconds",
+    )
+    add(
         "--timeout-graceful-shutdown",
         type=float,
         default=None,

@@ -108,6 +108,7 @@ class Config:
         limit_body: int | None = None,
         app_task: Literal["native", "asyncio"] = "native",
         *,
+        timeout_worker_healthcheck: float = 5,
         headers: list[tuple[str, str]] | None = None,
         reset_contextvars: bool = False,
         h11_max_incomplete_event_size: int | None = None,
@@ -161,6 +162,7 @@ class Config:
         self.headers = [(str(name), str(value)) for name, value in headers or []]
         self.encoded_headers = _encode_headers(self.headers)
         self.reset_contextvars = reset_contextvars
+        self.timeout_worker_healthcheck = timeout_worker_healthcheck
 
         self.loaded = False
         self.loaded_app: Any = None
@@ -236,6 +238,7 @@ class Config:
         _positive("limit_uri", self.limit_uri)
         _positive("limit_body", self.limit_body, allow_zero=True)
         _positive("reload_delay", self.reload_delay)
+        _positive("timeout_worker_healthcheck", self.timeout_worker_healthcheck)
 
     @property
     def limit_max_requests_jitter(self) -> int:

@@ -15,6 +15,14 @@ Worker exit statuses and what the parent does while running:
   A worker that dies within a second of its start delays the next spawn (0.1 s, doubling to
   5 s) so that a crash at start-up does not spin.
 
+Health checks (uvicorn's ``--timeout-worker-healthcheck``): each worker gets one end of a socket
+pair and a thread that answers every byte the parent sends on it. The parent sends one every
+``HEALTHCHECK_INTERVAL`` seconds to each worker that has answered the previous one; a worker that
+leaves one unanswered for ``timeout_worker_healthcheck`` seconds is killed (SIGKILL) and replaced
+as a crashed one is. A thread answers, as in uvicorn, so a worker whose loop is busy (a slow
+request) still answers: only a process that is stopped or holds the GIL that long does not.
+The checks run while the parent supervises, not during a shutdown.
+
 Signals to the parent: SIGINT or SIGTERM → SIGTERM to every worker (each shuts down gracefully),
 wait for all, exit. A second SIGINT → SIGINT to the workers (forced exit). SIGHUP → replace every
 worker (graceful, the socket stays open).
@@ -30,7 +38,9 @@ import random
 import signal
 import socket
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .config import STARTUP_FAILURE, Config, jittered_request_limit
@@ -40,6 +50,7 @@ logger = logging.getLogger("ferroloop.error")
 POLL_INTERVAL = 0.1
 QUICK_DEATH = 1.0  # seconds: a worker that dies sooner counts as a crash loop
 MAX_RESPAWN_DELAY = 5.0
+HEALTHCHECK_INTERVAL = 0.5  # seconds between a worker's answer and the next health check
 _PR_SET_PDEATHSIG = 1
 
 
@@ -66,6 +77,13 @@ def _die_with_parent() -> None:
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+def answer_health_checks(channel: socket.socket) -> None:
+    """Worker side of the health checks: answers each byte from the parent until it closes."""
+    with contextlib.suppress(OSError):
+        while channel.recv(64):
+            channel.sendall(b".")
 
 
 def _worker_main(
@@ -95,11 +113,17 @@ def _worker_main(
 
 
 def spawn_worker(
-    config: Config, sockets: list[socket.socket] | None, request_limit: int | None = None
+    config: Config,
+    sockets: list[socket.socket] | None,
+    request_limit: int | None = None,
+    health: socket.socket | None = None,
+    parent_only: Sequence[socket.socket] = (),
 ) -> int:
     """Forks a server process; returns its pid (the child never returns).
 
-    ``sockets=None``: the worker binds its own (``--reuse-port``).
+    ``sockets=None``: the worker binds its own (``--reuse-port``). ``health``: the worker's end
+    of its health-check channel, answered by a thread; ``parent_only``: sockets the child
+    closes (the parent's ends of every channel).
     """
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -113,6 +137,12 @@ def spawn_worker(
         _die_with_parent()
         if os.getppid() != parent:
             os._exit(1)  # the parent died between fork and prctl
+        for sock in parent_only:
+            sock.close()
+        if health is not None:
+            threading.Thread(
+                target=answer_health_checks, args=(health,), name="health-check", daemon=True
+            ).start()
         status = _worker_main(config, sockets, request_limit)
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -126,6 +156,12 @@ class _Worker:
     pid: int
     started: float
     request_limit: int | None
+    # The parent's end of the health-check channel (non-blocking), when the sent check (at
+    # ``check_sent``) is unanswered, and when the last answer came.
+    health: socket.socket | None = None
+    check_sent: float | None = None
+    answered: float = 0.0
+    killed: bool = False
 
 
 @dataclass
@@ -152,8 +188,18 @@ class Supervisor:
 
     def spawn(self) -> None:
         limit = self.worker_request_limit()
-        pid = spawn_worker(self.config, self.sockets, limit)
-        self.workers[pid] = _Worker(pid, time.monotonic(), limit)
+        ours, theirs = socket.socketpair()
+        others = [w.health for w in self.workers.values() if w.health is not None]
+        try:
+            pid = spawn_worker(self.config, self.sockets, limit, theirs, [ours, *others])
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        now = time.monotonic()
+        self.workers[pid] = _Worker(pid, now, limit, health=ours, answered=now)
         logger.info("Started worker process [%d]", pid)
 
     def handle_signal(self, sig: int, frame: object = None) -> None:
@@ -203,6 +249,40 @@ class Supervisor:
         while self._spawn_due and self._spawn_due[0] <= now:
             self._spawn_due.pop(0)
             self.spawn()
+        self._check_health(time.monotonic())
+
+    def _check_health(self, now: float) -> None:
+        """Reads answers, sends due checks, and kills a worker that left one unanswered for
+        ``timeout_worker_healthcheck`` seconds (it is replaced when it is reaped)."""
+        timeout = self.config.timeout_worker_healthcheck
+        for worker in self.workers.values():
+            channel = worker.health
+            if channel is None or worker.killed:
+                continue
+            if worker.check_sent is not None:
+                try:
+                    answered = bool(channel.recv(64))
+                except (BlockingIOError, InterruptedError):
+                    answered = False
+                except OSError:
+                    continue  # the worker is exiting: waitpid reports it
+                if answered:
+                    worker.check_sent, worker.answered = None, now
+                elif now - worker.check_sent >= timeout:
+                    logger.warning(
+                        "Worker process [%d] did not answer a health check within %g s; "
+                        "killing it.",
+                        worker.pid,
+                        timeout,
+                    )
+                    worker.killed = True
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(worker.pid, signal.SIGKILL)
+                    continue
+            if worker.check_sent is None and now - worker.answered >= HEALTHCHECK_INTERVAL:
+                with contextlib.suppress(OSError):
+                    channel.send(b"?")
+                    worker.check_sent = now
 
     def _reap(self) -> list[tuple[int, int]]:
         exited = []
@@ -219,6 +299,8 @@ class Supervisor:
 
     def _on_worker_exit(self, pid: int, status: int) -> None:
         worker = self.workers.pop(pid)
+        if worker.health is not None:
+            worker.health.close()
         code = os.waitstatus_to_exitcode(status)
         if code == STARTUP_FAILURE:
             logger.error("Worker process [%d] failed to start; stopping the parent process.", pid)
@@ -254,7 +336,9 @@ class Supervisor:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGINT)
             for pid, _status in self._reap():
-                self.workers.pop(pid, None)
+                worker = self.workers.pop(pid, None)
+                if worker is not None and worker.health is not None:
+                    worker.health.close()
                 logger.info("Terminated worker process [%d]", pid)
             if self.workers:
                 time.sleep(POLL_INTERVAL)
