@@ -56,18 +56,32 @@ pub struct ServerFields<'a> {
 }
 
 impl ServerFields<'_> {
-    /// Writes the fields, skipping those whose name `skip` says the application set.
-    fn push(&self, out: &mut Vec<u8>, skip: impl Fn(&[u8]) -> bool) {
-        let replaced = |name: &[u8]| self.extra.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
-        for (name, value) in [(&b"date"[..], self.date), (b"server", self.server)] {
-            if let Some(value) = value.filter(|v| valid_value(v)) {
-                if !skip(name) && !replaced(name) {
-                    push_field(out, name, value);
-                }
+    /// Writes the fields: `date` and `server` unless the application set them
+    /// (`app_date`, `app_server`) or an extra field replaces them, then each extra field whose
+    /// name `app_has` says the application did not set. Values are written as they are: the
+    /// callers check `date` and `server`, and extra fields were checked when configured.
+    fn push(
+        &self,
+        out: &mut Vec<u8>,
+        app_date: bool,
+        app_server: bool,
+        app_has: impl Fn(&[u8]) -> bool,
+    ) {
+        let replaced = |name: &[u8]| {
+            !self.extra.is_empty() && self.extra.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
+        };
+        if let (Some(date), false) = (self.date, app_date) {
+            if !replaced(b"date") {
+                push_field(out, b"date", date);
+            }
+        }
+        if let (Some(server), false) = (self.server, app_server) {
+            if !replaced(b"server") {
+                push_field(out, b"server", server);
             }
         }
         for (name, value) in self.extra {
-            if !skip(name) {
+            if !app_has(name) {
                 push_field(out, name, value);
             }
         }
@@ -169,14 +183,8 @@ pub fn encode_head(
     out.push(b' ');
     out.extend_from_slice(reason_phrase(status));
     out.extend_from_slice(b"\r\n");
-    fields.push(out, |name| {
-        if name.eq_ignore_ascii_case(b"date") {
-            app.date
-        } else if name.eq_ignore_ascii_case(b"server") {
-            app.server
-        } else {
-            headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
-        }
+    fields.push(out, app.date, app.server, |name| {
+        headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
     });
     for &(name, value) in headers {
         if http10 && name.eq_ignore_ascii_case(b"transfer-encoding") {
@@ -459,12 +467,17 @@ pub fn error_response(status: u16, message: &str, fields: &ServerFields<'_>) -> 
     out.extend_from_slice(b"\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ");
     push_decimal(&mut out, message.len() as u64);
     out.extend_from_slice(b"\r\nconnection: close\r\n");
-    let ours = |name: &[u8]| {
+    let checked = ServerFields {
+        date: fields.date.filter(|d| valid_value(d)),
+        server: fields.server.filter(|s| valid_value(s)),
+        extra: fields.extra,
+    };
+    // The fields this response sets itself stand for the application's.
+    checked.push(&mut out, false, false, |name| {
         [&b"content-type"[..], b"content-length", b"connection"]
             .iter()
             .any(|n| n.eq_ignore_ascii_case(name))
-    };
-    fields.push(&mut out, ours);
+    });
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(message.as_bytes());
     out
