@@ -64,3 +64,23 @@ def test_unclosed_loop_that_created_futures_is_collected():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
     assert ref() is None
+
+
+def test_pending_timer_handles_are_out_of_the_collectors_lists():
+    # handle.rs: a TimerHandle in the heap is untracked (the loop's traversal stands in for it),
+    # and tracked again once it fired, was cancelled or the loop closed.
+    loop = ferroloop.new_event_loop()
+    try:
+        fired = loop.call_later(0, len, "")
+        cancelled = loop.call_later(3600, print)
+        assert not gc.is_tracked(fired) and not gc.is_tracked(cancelled)
+        assert any(r is print for r in gc.get_referents(cancelled))  # it still traverses
+        cancelled.cancel()
+        assert gc.is_tracked(cancelled)
+        loop.run_until_complete(__import__("asyncio").sleep(0.01))
+        assert gc.is_tracked(fired)
+        at_close = loop.call_later(3600, print)
+        assert not gc.is_tracked(at_close)
+    finally:
+        loop.close()
+    assert gc.is_tracked(at_close)

@@ -11,6 +11,13 @@
 //!   to break reference cycles early) or the garbage collector's `__clear__`.
 //! - A `TimerHandle`'s `timer_id` is `u64::MAX` unless it sits in its loop's timer heap; only the
 //!   loop thread changes it (on schedule, fire, cancel, close).
+//! - A `TimerHandle` in its loop's timer heap is not tracked by the garbage collector
+//!   (`untrack_scheduled`, called when it goes in); it is tracked again when it comes out
+//!   (`track_unscheduled`: fired, cancelled, or the heap drained). Meanwhile the loop's
+//!   traversal visits what the handle references in its place (`visit_scheduled`), so cycles
+//!   through an unreachable loop and its pending timers are still found. The collector's passes
+//!   over a large heap of pending timers (one per `call_later`, every timeout) cost that much
+//!   less: each visit of a handle is one traversal of the loop, not a tracked object of its own.
 //! - A `Handle` value is dropped only with the GIL held (its `tp_dealloc`, or the loop code that
 //!   made it), so `Drop for Handle` releases its references with a plain decref.
 //! - `native` is set only for a callback of a type in `native_call.rs`'s table with no argument or
@@ -562,16 +569,7 @@ impl Handle {
     /// What PyO3 would call as `tp_traverse`; [`install_traverse`] replaces that slot with
     /// [`handle_traverse`] at module initialisation, and both visit [`Handle::gc_refs`].
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        for r in self.gc_refs() {
-            if r.is_null() {
-                continue;
-            }
-            // SAFETY: `r` is a live object the handle holds a reference to; the `Bound` made from it
-            // is never dropped, so no reference count changes.
-            let obj = ManuallyDrop::new(unsafe { Bound::from_owned_ptr(visit_py(), r) });
-            visit.call(obj.as_unbound())?;
-        }
-        Ok(())
+        self.visit_refs(&visit)
     }
 
     fn __clear__(&self) {
@@ -604,6 +602,69 @@ impl Handle {
         }
         refs
     }
+}
+
+impl Handle {
+    /// Visits every reference the handle holds (not its type).
+    fn visit_refs(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for r in self.gc_refs() {
+            if r.is_null() {
+                continue;
+            }
+            // SAFETY: `r` is a live object the handle holds a reference to; the `Bound` made from it
+            // is never dropped, so no reference count changes.
+            let obj = ManuallyDrop::new(unsafe { Bound::from_owned_ptr(visit_py(), r) });
+            visit.call(obj.as_unbound())?;
+        }
+        Ok(())
+    }
+}
+
+/// Takes a timer handle that just went into its loop's heap out of the collector's lists (see
+/// the module invariants).
+pub(crate) fn untrack_scheduled(timer: &Py<TimerHandle>) {
+    let obj = timer.as_ptr();
+    // SAFETY: the caller holds the GIL (it just changed the loop's heap); `obj` is a live
+    // object of a GC type; untracking one that is tracked is always allowed.
+    unsafe {
+        if ffi::PyObject_GC_IsTracked(obj) != 0 {
+            ffi::PyObject_GC_UnTrack(obj.cast());
+        }
+    }
+}
+
+/// Tracks a timer handle again once it left its loop's heap (fired, cancelled, drained).
+pub(crate) fn track_unscheduled(timer: &Py<TimerHandle>) {
+    let obj = timer.as_ptr();
+    // SAFETY: the caller holds the GIL; `obj` is a live, fully initialised object of a GC type,
+    // and `PyObject_GC_Track` is called only when it is not tracked (tracking twice aborts).
+    unsafe {
+        if ffi::PyObject_GC_IsTracked(obj) == 0 {
+            ffi::PyObject_GC_Track(obj.cast());
+        }
+    }
+}
+
+/// The loop's traversal of a timer in its heap: the handle itself while the collector tracks
+/// it, else what the handle references, in its place (never both: a reference visited twice
+/// could make a live object look unreachable).
+pub(crate) fn visit_scheduled(
+    timer: &Py<TimerHandle>,
+    visit: &PyVisit<'_>,
+) -> Result<(), PyTraverseError> {
+    let obj = timer.as_ptr();
+    // SAFETY: the collector runs with the GIL held and the heap holds a reference to `obj`.
+    if unsafe { ffi::PyObject_GC_IsTracked(obj) } != 0 {
+        return visit.call(timer);
+    }
+    // SAFETY: as in `handle_traverse`: `obj` is a live `TimerHandle`, whose `Handle` part is
+    // laid out as PyO3 laid out `Handle`'s, and the class is frozen.
+    let handle: &Handle = unsafe {
+        Borrowed::from_ptr(visit_py(), obj)
+            .cast_unchecked::<Handle>()
+            .get()
+    };
+    handle.visit_refs(visit)
 }
 
 /// A `Python` token inside a traversal, which runs with the GIL held.

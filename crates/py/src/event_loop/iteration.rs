@@ -111,6 +111,7 @@ impl LoopCore {
         let State { ready, timers, .. } = &mut *st;
         while let Some(t) = timers.pop_before(end) {
             t.get().set_timer_id(NOT_SCHEDULED);
+            crate::handle::track_unscheduled(&t);
             ready.push(t.into_bound(py).into_super().unbind().into());
         }
         Ok(())

@@ -311,6 +311,7 @@ impl LoopCore {
             .timers
             .insert(when, timer.clone_ref(py));
         timer.get().set_timer_id(id.to_bits());
+        crate::handle::untrack_scheduled(&timer);
         Ok(timer)
     }
 
@@ -538,6 +539,9 @@ impl LoopCore {
             .borrow(py)?
             .timers
             .remove(TimerId::from_bits(bits));
+        if let Some(timer) = &removed {
+            crate::handle::track_unscheduled(timer);
+        }
         drop(removed);
         Ok(())
     }
@@ -941,6 +945,7 @@ impl LoopCore {
         };
         for t in &timers {
             t.get().set_timer_id(NOT_SCHEDULED);
+            crate::handle::track_unscheduled(t);
         }
         drop((ready, timers, fds));
         let mut rest = Vec::new();
@@ -978,7 +983,7 @@ impl LoopCore {
                 entry.visit(&visit)?;
             }
             for t in st.timers.iter() {
-                visit.call(t)?;
+                crate::handle::visit_scheduled(t, &visit)?;
             }
             for e in st.fds.values() {
                 visit.call(&e.fileobj)?;
@@ -1021,6 +1026,12 @@ impl LoopCore {
             }
             (st.ready.drain(), st.timers.drain(), fds)
         });
+        if let Some((_, timers, _)) = &taken {
+            for t in timers {
+                t.get().set_timer_id(NOT_SCHEDULED);
+                crate::handle::track_unscheduled(t);
+            }
+        }
         drop(taken);
         let mut queued = Vec::new();
         self.shared.injector.drain_into(&mut queued);
