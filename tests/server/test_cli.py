@@ -110,3 +110,46 @@ def test_independent_clients_get_the_same_answers(serve, client):
         finally:
             connection.close()
     assert bodies == [b"posted", b"part 0\npart 1\npart 2\n"]
+
+
+def _trace_lines(output: str, marker: str) -> list[str]:
+    """The trace lines of the one app call whose scope names ``marker``."""
+    started = next(
+        line for line in output.splitlines() if "Started scope=" in line and marker in line
+    )
+    number = started.split(" ASGI [", 1)[1].split("]", 1)[0]
+    return [line for line in output.splitlines() if f" ASGI [{number}] " in line]
+
+
+def test_trace_log_level_logs_every_asgi_message(serve, connect):
+    server = serve("raw_asgi:app", "--log-level", "trace")
+    marker = uuid.uuid4().hex
+    response = connect(server).request("POST", f"/echo?{marker}", body=b"hello")
+    assert (response.status, response.body) == (200, b"hello")
+    output = server.wait_for_output(f"{marker}', 'headers': '<...>'")
+    server.wait_for_output("Completed")
+    lines = _trace_lines(output + server.output_text(), marker)
+    assert lines[0].startswith("TRACE:") and "127.0.0.1:" in lines[0]
+    assert "'type': 'http'" in lines[0] and "'headers': '<...>'" in lines[0]
+    kinds = [line.split(" ASGI [", 1)[1].split("] ", 1)[1][:8] for line in lines]
+    assert kinds[0] == "Started " and kinds[-1] == "Complete"
+    rest = "\n".join(lines)
+    # Contents are never logged, only their size.
+    assert "Receive {'type': 'http.request', 'body': '<5 bytes>'" in rest
+    assert "Send {'type': 'http.response.start', 'status': 200, 'headers': '<...>'" in rest
+    assert "Send {'type': 'http.response.body', 'body': '<5 bytes>'" in rest
+    assert "hello" not in rest
+
+
+def test_trace_log_level_logs_an_apps_exception(serve, connect):
+    server = serve("raw_asgi:app", "--log-level", "trace")
+    assert connect(server).request("GET", "/raise-before-start").status == 500
+    assert "Raised exception" in server.wait_for_output("Raised exception")
+
+
+def test_no_asgi_messages_are_logged_below_trace_level(serve, connect):
+    server = serve("raw_asgi:app", "--log-level", "debug")
+    path = f"/scope/{uuid.uuid4().hex}"
+    assert connect(server).request("GET", path).status == 200
+    output = server.wait_for_output(path)  # the access log line
+    assert " ASGI [" not in output

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
+from . import message_logger
 from .env_file import load_env_file
 from .importer import (
     ASGI2Middleware,
@@ -305,6 +306,8 @@ class Config:
             self.interface = detect_interface(app)
         if self.interface == "asgi2":
             app = ASGI2Middleware(app)
+        if message_logger.wanted():
+            app = message_logger.MessageLoggerMiddleware(app)
         if self.proxy_headers:
             self.plain_app = app
             app = ProxyHeadersMiddleware(app, self.forwarded_allow_ips)
