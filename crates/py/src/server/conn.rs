@@ -252,6 +252,7 @@ impl Conn {
     fn on_readable(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
+        let mut fx = Effects::default();
         {
             let mut st = this.state.borrow(py)?;
             if matches!(st.phase, Phase::Closed) || !st.reading {
@@ -270,7 +271,15 @@ impl Conn {
             if failed {
                 st.eof = true;
             }
+            // A socket at end of input (half-closed by the client, or reset) stays readable:
+            // watching it on would wake the loop again at once, a busy loop until the
+            // response is done. Nothing more can arrive.
+            if st.eof {
+                st.reading = false;
+                fx.reading = Some(false);
+            }
         }
+        Self::apply(slf, fx)?;
         Self::advance(slf)
     }
 

@@ -1,0 +1,47 @@
+"""A client that shuts its write side (``shutdown(SHUT_WR)``, as ``nc -N`` or a client that
+sends everything up front does) still reads: each request that arrived before its EOF is
+answered, a body the EOF cuts short is the client's error, and the half-closed socket costs
+the loop nothing while the app works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def server(serve):
+    return serve("raw_asgi:app")
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
+def test_half_closed_connection_does_not_spin_the_loop(
+    server, connect, http_request, request_bytes, tmp_path
+):
+    pid = json.loads(http_request(server, "GET", "/pid").body)["pid"]
+    release = tmp_path / "release"
+    connection = connect(server)
+    connection.send(request_bytes("GET", f"/slow?release={release}"))
+    head = connection.read_head()
+    assert head.status == 200
+    assert connection.read_line() == b"8"  # the "started\n" chunk: the app is running
+    connection.sock.shutdown(socket.SHUT_WR)
+    before = _cpu_seconds(pid)
+    time.sleep(1.0)
+    used = _cpu_seconds(pid) - before
+    release.touch()
+    assert b"finished" in connection.read_until_close()
+    # A socket at EOF stays readable; a server still watching it wakes up in a loop for as
+    # long as the app runs (a whole core). Idle, it uses next to nothing.
+    assert used < 0.2, f"the server used {used:.2f} s of CPU in 1 s while the app waited"
