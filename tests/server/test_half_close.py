@@ -19,6 +19,26 @@ def server(serve):
     return serve("raw_asgi:app")
 
 
+@pytest.mark.ferroloop_only(reason="uvicorn closes at the EOF, dropping requests not yet answered")
+def test_requests_sent_before_a_half_close_are_all_answered(server, connect, request_bytes):
+    connection = connect(server)
+    connection.send(
+        request_bytes("GET", "/respond-after-disconnect")
+        + request_bytes("POST", "/echo", body=b"second")
+        + request_bytes("GET", "/hello")
+    )
+    connection.sock.shutdown(socket.SHUT_WR)
+    # The first app answers only once it has seen the EOF (as http.disconnect), so the
+    # requests behind it are still unanswered when the server learns the client is done.
+    first = connection.read_response()
+    second = connection.read_response()
+    third = connection.read_response()
+    assert (first.status, first.body) == (200, b"0 http.disconnect")
+    assert (second.status, second.body) == (200, b"second")
+    assert (third.status, third.body) == (200, b"hello, world")
+    assert connection.closed_by_peer()
+
+
 def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rpartition(")")[2].split()
