@@ -39,6 +39,19 @@ def test_requests_sent_before_a_half_close_are_all_answered(server, connect, req
     assert connection.closed_by_peer()
 
 
+@pytest.mark.ferroloop_only(reason="uvicorn closes at the EOF without answering")
+def test_body_cut_short_by_a_half_close_is_answered_400(server, connect, request_bytes):
+    connection = connect(server)
+    connection.send(request_bytes("POST", "/echo", headers=[("Content-Length", "10")], body=b"abc"))
+    connection.sock.shutdown(socket.SHUT_WR)
+    response = connection.read_response()
+    assert response.status == 400
+    assert b"cut short" in response.body
+    assert connection.closed_by_peer()
+    # The client's error, not the app's: no 500 and no "returned without" error logged.
+    assert "ASGI callable returned" not in server.output_text()
+
+
 def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rpartition(")")[2].split()
