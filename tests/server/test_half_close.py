@@ -78,3 +78,18 @@ def test_half_closed_connection_does_not_spin_the_loop(
     # A socket at EOF stays readable; a server still watching it wakes up in a loop for as
     # long as the app runs (a whole core). Idle, it uses next to nothing.
     assert used < 0.2, f"the server used {used:.2f} s of CPU in 1 s while the app waited"
+
+
+def test_app_that_returns_after_a_half_close_disconnect_is_not_an_error(
+    server, connect, http_request, request_bytes
+):
+    key = "returns-after-half-close"
+    connection = connect(server)
+    connection.send(request_bytes("POST", f"/record-disconnect?key={key}", body=b"hello"))
+    connection.sock.shutdown(socket.SHUT_WR)
+    # The app read the body, was told the client is gone, and returned without a response,
+    # as it may: the connection closes without a 500, and nothing is logged against the app.
+    assert connection.read_until_close() == b""
+    result = json.loads(http_request(server, "GET", f"/result?key={key}").body)
+    assert result == {"type": "http.disconnect", "received": 5}
+    assert "ASGI callable returned" not in server.output_text()

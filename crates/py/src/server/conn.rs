@@ -87,6 +87,10 @@ pub(super) struct Request {
     pub(super) body_bytes: u64,
     /// The app has been given the last `http.request` message.
     pub(super) body_delivered: bool,
+    /// `receive()` has told the app the client is gone (`http.disconnect`) while the
+    /// connection was still open: the client half-closed. Returning without a response is
+    /// then the app's right, not its error.
+    pub(super) disconnect_told: bool,
     /// Filled when the app starts (`start_pending`); `None` while the request waits for its
     /// start entry, its head still in the read buffer at `rpos`.
     pub(super) facts: Option<RequestFacts>,
@@ -457,6 +461,7 @@ impl Conn {
                     decoder: BodyDecoder::new(head.body),
                     body_bytes: 0,
                     body_delivered: false,
+                    disconnect_told: false,
                     facts: None,
                     resp: Response::default(),
                     receive_waiter: None,
@@ -608,16 +613,23 @@ impl Conn {
             let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
             if current && st.phase == Phase::Busy {
                 let started = st.req.as_ref().is_some_and(|r| r.resp.started);
+                // An app told the client is gone may stop without finishing its response: not
+                // its error (uvicorn checks `disconnected` the same way), so nothing is logged
+                // and no 500 is sent; the connection closes.
+                let returned = exc.is_none() && !cancelled;
+                let told_gone = st.req.as_ref().is_some_and(|r| r.disconnect_told);
                 if started {
-                    if exc.is_none() && !cancelled {
+                    if returned && !told_gone {
                         fx.logs.push((
                             "ASGI callable returned without completing response.".into(),
                             None,
                         ));
                     }
                     fx.close = true;
+                } else if returned && told_gone {
+                    fx.close = true;
                 } else {
-                    if exc.is_none() && !cancelled {
+                    if returned {
                         fx.logs.push((
                             "ASGI callable returned without starting response.".into(),
                             None,

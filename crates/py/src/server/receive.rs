@@ -39,6 +39,7 @@ impl Conn {
         };
         if req.body_delivered {
             // After the body: wait for the response to complete or the client to leave.
+            req.disconnect_told = *eof;
             return if *eof { disconnect() } else { Ok(None) };
         }
         let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
@@ -98,6 +99,7 @@ impl Conn {
             return disconnect();
         }
         if total == 0 && !done {
+            req.disconnect_told = *eof;
             return if *eof { disconnect() } else { Ok(None) };
         }
         let body = match runs.as_slice() {
