@@ -484,7 +484,17 @@ impl Conn {
         e: &HttpError,
     ) {
         let date = server.date(py);
-        let bytes = error_response(e.status, e.reason, date.as_ref().map(|d| &d[..]));
+        // The request's method if its head was parsed; otherwise the first token of the request
+        // line, if it got that far (after the empty lines RFC 9112 §2.2 lets a client send).
+        let is_head = st.req.as_ref().map_or_else(
+            || {
+                let input = &st.rbuf[st.rpos..];
+                let start = input.iter().position(|&b| b != b'\r' && b != b'\n');
+                start.is_some_and(|at| input[at..].starts_with(b"HEAD "))
+            },
+            |r| r.info.is_head,
+        );
+        let bytes = error_response(e.status, e.reason, date.as_ref().map(|d| &d[..]), is_head);
         st.out.push(&bytes);
         st.rbuf.clear();
         st.rpos = 0;
@@ -636,8 +646,13 @@ impl Conn {
                         ));
                     }
                     let date = server.date(py);
-                    let bytes =
-                        error_response(500, "Internal Server Error", date.as_ref().map(|d| &d[..]));
+                    let is_head = st.req.as_ref().is_some_and(|r| r.info.is_head);
+                    let bytes = error_response(
+                        500,
+                        "Internal Server Error",
+                        date.as_ref().map(|d| &d[..]),
+                        is_head,
+                    );
                     st.out.push(&bytes);
                     Self::complete(py, server, &mut st, &mut fx, 500, false);
                 }

@@ -475,13 +475,27 @@ fn reason_phrases() {
 
 #[test]
 fn error_responses_are_complete_and_close() {
-    let got = error_response(431, "too big", Some(b"Thu, 01 Jan 1970 00:00:00 GMT"));
+    let got = error_response(
+        431,
+        "too big",
+        Some(b"Thu, 01 Jan 1970 00:00:00 GMT"),
+        false,
+    );
     let want = "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 7\r\nconnection: close\r\ndate: Thu, 01 Jan 1970 00:00:00 GMT\r\n\r\ntoo big";
     assert_eq!(String::from_utf8_lossy(&got), want);
-    let got = error_response(400, "", None);
+    let got = error_response(400, "", None, false);
     let want = "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
     assert_eq!(String::from_utf8_lossy(&got), want);
-    assert!(error_response(7, "x", None).starts_with(b"HTTP/1.1 500 Internal Server Error\r\n"));
+    assert!(
+        error_response(7, "x", None, false).starts_with(b"HTTP/1.1 500 Internal Server Error\r\n")
+    );
+}
+
+#[test]
+fn error_response_to_head_has_the_headers_and_no_body() {
+    let got = error_response(400, "bad chunk size", None, true);
+    let want = "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 14\r\nconnection: close\r\n\r\n";
+    assert_eq!(String::from_utf8_lossy(&got), want);
 }
 
 #[test]
