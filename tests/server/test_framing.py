@@ -133,6 +133,35 @@ def test_malformed_request_is_rejected_and_the_connection_closed(server, connect
     assert b"hello, world" not in response.body + rest, "the trailing request was answered"
 
 
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        pytest.param(b"HEAD /hello HTTP/1.1\r\n" + HOST + HOST + b"\r\n", 400, id="bad-head"),
+        pytest.param(
+            b"\r\nHEAD /hello HTTP/1.1\r\n" + HOST + HOST + b"\r\n", 400, id="after-empty-line"
+        ),
+        pytest.param(
+            b"HEAD /echo HTTP/1.1\r\n" + HOST + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n",
+            400,
+            id="bad-chunk-size",
+        ),
+        pytest.param(
+            b"HEAD /raise-before-start HTTP/1.1\r\n" + HOST + b"\r\n", 500, id="app-error"
+        ),
+    ],
+)
+@ferroloop_only(reason="uvicorn sends its error message as a body whatever the method")
+def test_error_response_to_head_has_no_body(server, connect, data, status):
+    # RFC 9110 §9.3.2: no content in a response to HEAD. A client reads none, so a message
+    # there would be taken for the start of the next response.
+    connection = connect(server)
+    connection.send(data)
+    response = connection.read_response("HEAD")
+    assert response.status == status
+    assert int(response.header("content-length") or 0) > 0
+    assert connection.read_until_close() == b""
+
+
 def test_server_keeps_serving_after_a_rejected_request(server, connect):
     bad = connect(server)
     bad.send(b"HELLO\r\n\r\n")

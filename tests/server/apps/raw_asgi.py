@@ -234,6 +234,15 @@ async def record_disconnect(scope: Any, receive: Any, send: Any) -> None:
             RESULTS[key + ":complete"] = received
 
 
+async def respond_after_disconnect(scope: Any, receive: Any, send: Any) -> None:
+    """Read the body, wait for what comes next (``http.disconnect`` once the client has shut
+    its side), then respond anyway: a half-closed client still reads."""
+    body, types = await _read_body(receive)
+    if types[-1] == "http.request":
+        types.append((await receive())["type"])
+    await _respond(send, f"{len(body)} {types[-1]}".encode())
+
+
 async def result(scope: Any, receive: Any, send: Any) -> None:
     key = _query(scope)["key"]
     if key in RESULTS:
@@ -506,6 +515,7 @@ ROUTES = {
     "/cancel-self": cancel_self,
     "/incomplete-response": incomplete_response,
     "/record-disconnect": record_disconnect,
+    "/respond-after-disconnect": respond_after_disconnect,
     "/result": result,
     "/stream": stream,
     "/stream-unbounded": stream_unbounded,

@@ -452,8 +452,15 @@ pub fn reason_phrase(status: u16) -> &'static [u8] {
 
 /// A complete HTTP/1.1 response for a rejected request: `message` as a text/plain body, with
 /// `content-length` and `connection: close`, then the server's fields. A status outside
-/// 100..=999 is sent as 500.
-pub fn error_response(status: u16, message: &str, fields: &ServerFields<'_>) -> Vec<u8> {
+/// 100..=999 is sent as 500. The answer to a `HEAD` request (`is_head`) has the same header
+/// fields and no body (RFC 9110 §9.3.2): a client reads none, and would take the message for the
+/// start of the next response.
+pub fn error_response(
+    status: u16,
+    message: &str,
+    fields: &ServerFields<'_>,
+    is_head: bool,
+) -> Vec<u8> {
     let status = if (100..=999).contains(&status) {
         status
     } else {
@@ -479,7 +486,9 @@ pub fn error_response(status: u16, message: &str, fields: &ServerFields<'_>) -> 
             .any(|n| n.eq_ignore_ascii_case(name))
     });
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(message.as_bytes());
+    if !is_head {
+        out.extend_from_slice(message.as_bytes());
+    }
     out
 }
 

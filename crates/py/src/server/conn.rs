@@ -87,6 +87,10 @@ pub(super) struct Request {
     pub(super) body_bytes: u64,
     /// The app has been given the last `http.request` message.
     pub(super) body_delivered: bool,
+    /// `receive()` has told the app the client is gone (`http.disconnect`) while the
+    /// connection was still open: the client half-closed. Returning without a response is
+    /// then the app's right, not its error.
+    pub(super) disconnect_told: bool,
     /// Filled when the app starts (`start_pending`); `None` while the request waits for its
     /// start entry, its head still in the read buffer at `rpos`.
     pub(super) facts: Option<RequestFacts>,
@@ -252,6 +256,7 @@ impl Conn {
     fn on_readable(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
+        let mut fx = Effects::default();
         {
             let mut st = this.state.borrow(py)?;
             if matches!(st.phase, Phase::Closed) || !st.reading {
@@ -270,7 +275,15 @@ impl Conn {
             if failed {
                 st.eof = true;
             }
+            // A socket at end of input (half-closed by the client, or reset) stays readable:
+            // watching it on would wake the loop again at once, a busy loop until the
+            // response is done. Nothing more can arrive.
+            if st.eof {
+                st.reading = false;
+                fx.reading = Some(false);
+            }
         }
+        Self::apply(slf, fx)?;
         Self::advance(slf)
     }
 
@@ -448,6 +461,7 @@ impl Conn {
                     decoder: BodyDecoder::new(head.body),
                     body_bytes: 0,
                     body_delivered: false,
+                    disconnect_told: false,
                     facts: None,
                     resp: Response::default(),
                     receive_waiter: None,
@@ -470,10 +484,21 @@ impl Conn {
         e: &HttpError,
     ) {
         let date = server.date(py);
+        // The request's method if its head was parsed; otherwise the first token of the request
+        // line, if it got that far (after the empty lines RFC 9112 §2.2 lets a client send).
+        let is_head = st.req.as_ref().map_or_else(
+            || {
+                let input = &st.rbuf[st.rpos..];
+                let start = input.iter().position(|&b| b != b'\r' && b != b'\n');
+                start.is_some_and(|at| input[at..].starts_with(b"HEAD "))
+            },
+            |r| r.info.is_head,
+        );
         let bytes = error_response(
             e.status,
             e.reason,
             &server.fields(date.as_ref().map(|d| &d[..])),
+            is_head,
         );
         st.out.push(&bytes);
         st.rbuf.clear();
@@ -603,26 +628,35 @@ impl Conn {
             let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
             if current && st.phase == Phase::Busy {
                 let started = st.req.as_ref().is_some_and(|r| r.resp.started);
+                // An app told the client is gone may stop without finishing its response: not
+                // its error (uvicorn checks `disconnected` the same way), so nothing is logged
+                // and no 500 is sent; the connection closes.
+                let returned = exc.is_none() && !cancelled;
+                let told_gone = st.req.as_ref().is_some_and(|r| r.disconnect_told);
                 if started {
-                    if exc.is_none() && !cancelled {
+                    if returned && !told_gone {
                         fx.logs.push((
                             "ASGI callable returned without completing response.".into(),
                             None,
                         ));
                     }
                     fx.close = true;
+                } else if returned && told_gone {
+                    fx.close = true;
                 } else {
-                    if exc.is_none() && !cancelled {
+                    if returned {
                         fx.logs.push((
                             "ASGI callable returned without starting response.".into(),
                             None,
                         ));
                     }
                     let date = server.date(py);
+                    let is_head = st.req.as_ref().is_some_and(|r| r.info.is_head);
                     let bytes = error_response(
                         500,
                         "Internal Server Error",
                         &server.fields(date.as_ref().map(|d| &d[..])),
+                        is_head,
                     );
                     st.out.push(&bytes);
                     Self::complete(py, server, &mut st, &mut fx, 500, false);

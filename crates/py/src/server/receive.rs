@@ -39,6 +39,7 @@ impl Conn {
         };
         if req.body_delivered {
             // After the body: wait for the response to complete or the client to leave.
+            req.disconnect_told = *eof;
             return if *eof { disconnect() } else { Ok(None) };
         }
         let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
@@ -62,6 +63,17 @@ impl Conn {
         }
         let total: usize = runs.iter().map(ExactSizeIterator::len).sum();
         req.body_bytes += total as u64;
+        let done = req.decoder.is_done();
+        if failure.is_none() && total == 0 && !done && *eof && !req.resp.started {
+            // The client closed its side (or reset) before the declared body was complete:
+            // a malformed request, answered (a half-closed client still reads) like a framing
+            // error, not blamed on the app that then returns without a response (a 500).
+            failure = Some(HttpError {
+                status: 400,
+                reason: "request body cut short: the client closed the connection before \
+                         sending all of it",
+            });
+        }
         if failure.is_none() {
             if let Some(limit) = limit {
                 if req.body_bytes > limit {
@@ -86,12 +98,9 @@ impl Conn {
             }
             return disconnect();
         }
-        let done = req.decoder.is_done();
         if total == 0 && !done {
-            if *eof {
-                return disconnect();
-            }
-            return Ok(None);
+            req.disconnect_told = *eof;
+            return if *eof { disconnect() } else { Ok(None) };
         }
         let body = match runs.as_slice() {
             [one] => PyBytes::new(py, &rbuf[one.clone()]),

@@ -344,7 +344,7 @@ impl Conn {
         }
         // An unread rest of the body must be skipped before the next request; if it has not
         // all arrived, the connection cannot be reused.
-        let mut reusable = keep_alive && !st.eof && !server.shutting_down(py);
+        let mut reusable = keep_alive && !server.shutting_down(py);
         if reusable && !req.body_delivered {
             while let Ok(d) = req.decoder.decode(&st.rbuf[st.rpos..]) {
                 st.rpos += d.consumed;
@@ -358,11 +358,16 @@ impl Conn {
             st.rbuf.clear();
             st.rpos = 0;
         }
+        // After the client's half-close, requests it sent before are still served (`idle_step`
+        // closes once the buffer holds no complete head); with nothing buffered we are done.
+        if st.eof && st.rpos == st.rbuf.len() {
+            reusable = false;
+        }
         if reusable {
             st.phase = Phase::Idle;
             st.deadline = clock::monotonic() + server.opts().timeout_keep_alive;
             st.header_clock = false;
-            if !st.reading {
+            if !st.reading && !st.eof {
                 st.reading = true;
                 fx.reading = Some(true);
             }

@@ -496,14 +496,21 @@ fn error_responses_are_complete_and_close() {
         date: Some(b"Thu, 01 Jan 1970 00:00:00 GMT"),
         ..ServerFields::default()
     };
-    let got = error_response(431, "too big", &fields);
+    let got = error_response(431, "too big", &fields, false);
     let want = "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 7\r\nconnection: close\r\ndate: Thu, 01 Jan 1970 00:00:00 GMT\r\n\r\ntoo big";
     assert_eq!(String::from_utf8_lossy(&got), want);
-    let got = error_response(400, "", &ServerFields::default());
+    let got = error_response(400, "", &ServerFields::default(), false);
     let want = "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
     assert_eq!(String::from_utf8_lossy(&got), want);
-    assert!(error_response(7, "x", &ServerFields::default())
+    assert!(error_response(7, "x", &ServerFields::default(), false)
         .starts_with(b"HTTP/1.1 500 Internal Server Error\r\n"));
+}
+
+#[test]
+fn error_response_to_head_has_the_headers_and_no_body() {
+    let got = error_response(400, "bad chunk size", &ServerFields::default(), true);
+    let want = "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 14\r\nconnection: close\r\n\r\n";
+    assert_eq!(String::from_utf8_lossy(&got), want);
 }
 
 #[test]
@@ -570,7 +577,7 @@ fn error_responses_carry_the_server_fields_but_not_over_their_own() {
         server: Some(b"ferroloop"),
         extra: &extra,
     };
-    let got = error_response(400, "bad", &fields);
+    let got = error_response(400, "bad", &fields, false);
     let want = "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n\
                 content-length: 3\r\nconnection: close\r\nserver: ferroloop\r\nx-team: core\r\n\r\nbad";
     assert_eq!(String::from_utf8_lossy(&got), want);
