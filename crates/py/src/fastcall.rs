@@ -30,7 +30,7 @@ use pyo3::intern;
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyString, PyTuple, PyType};
 
 use crate::event_loop::LoopCore;
 use crate::handle::CallArgs;
@@ -77,6 +77,22 @@ pub(crate) unsafe fn bound_builtin<'py>(
                 slf.as_ptr(),
                 std::ptr::null_mut(),
             ),
+        )
+    }
+}
+
+/// A method descriptor of `ty` made from `def`: CPython checks that `self` is an instance of `ty`
+/// before calling the function.
+pub(crate) fn method_descriptor<'py>(
+    ty: &Bound<'py, PyType>,
+    def: &'static MethodDef,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: we hold the GIL; the type pointer is alive (held by `ty`), and CPython only reads
+    // the 'static method definition (the `*mut` is an artefact of the C signature).
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            ty.py(),
+            ffi::PyDescr_NewMethod(ty.as_type_ptr(), std::ptr::addr_of!(def.0).cast_mut()),
         )
     }
 }
@@ -152,15 +168,7 @@ pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
         ("create_future", &CREATE_FUTURE),
         ("get_debug", &GET_DEBUG),
     ] {
-        // SAFETY: we hold the GIL; the type pointer is alive (held by `core`), and CPython only
-        // reads the 'static method definition (the `*mut` is an artefact of the C signature).
-        let descr = unsafe {
-            Bound::from_owned_ptr_or_err(
-                py,
-                ffi::PyDescr_NewMethod(core.as_type_ptr(), std::ptr::addr_of!(def.0).cast_mut()),
-            )
-        }?;
-        cls.setattr(name, descr)?;
+        cls.setattr(name, method_descriptor(&core, def)?)?;
     }
     Ok(())
 }
