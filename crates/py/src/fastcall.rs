@@ -16,8 +16,13 @@
 //! Invariants:
 //! - CPython calls the function with the GIL held, with `nargs` positional arguments followed by
 //!   one value per name in `kwnames`, all borrowed for the duration of the call.
-//! - The descriptor is created for the `LoopCore` type, and CPython checks that `self` is an
-//!   instance of it before calling.
+//! - The descriptor is created for the class it is installed on (`ferroloop.Loop`, checked to
+//!   be a `LoopCore` subclass), and CPython checks that `self` is an instance of that class
+//!   before calling, so `self` is a `LoopCore`. A descriptor of the subclass rather than of
+//!   `LoopCore` lets the interpreter specialise `loop.create_future()` (its
+//!   `PRECALL_NO_KW_METHOD_DESCRIPTOR_*` forms need `type(self)` to be exactly the descriptor's
+//!   class) and spares the method descriptor's subclass walk for the C `Future.__init__`'s
+//!   `loop.get_debug()`.
 //! - No panic crosses the FFI boundary: the body runs under `catch_unwind`, and a panic becomes
 //!   a `PanicException`, as in PyO3's own wrappers.
 //! - Semantics and error messages match the PyO3 method; `tests/loop/test_call_soon.py` runs
@@ -25,6 +30,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::panic::PanicException;
@@ -154,13 +160,14 @@ static GET_DEBUG: MethodDef = MethodDef(ffi::PyMethodDef {
 /// `get_debug` on `cls` (a subclass of `LoopCore`).
 #[pyfunction]
 pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
-    let py = cls.py();
-    let core = py.get_type::<LoopCore>();
+    let cls: &Bound<'_, PyType> = cls.cast()?;
+    if !cls.is_subclass_of::<LoopCore>()? {
+        return Err(PyTypeError::new_err(
+            "_install_fast_methods() takes a subclass of LoopCore",
+        ));
+    }
     // `call_soon` binds once per loop and calls its function directly (`cached_method.rs`).
-    cls.setattr(
-        "call_soon",
-        crate::cached_method::wrap(&CALL_SOON, cls.cast()?)?,
-    )?;
+    cls.setattr("call_soon", crate::cached_method::wrap(&CALL_SOON, cls)?)?;
     for (name, def) in [
         ("call_later", &CALL_LATER),
         ("call_at", &CALL_AT),
@@ -168,7 +175,7 @@ pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
         ("create_future", &CREATE_FUTURE),
         ("get_debug", &GET_DEBUG),
     ] {
-        cls.setattr(name, method_descriptor(&core, def)?)?;
+        cls.setattr(name, method_descriptor(cls, def)?)?;
     }
     Ok(())
 }
