@@ -26,12 +26,14 @@ __all__ = [
     "__version__",
     "_install_fast_methods",
     "_install_task_registry",
+    "_install_transport_methods",
 ]
 DEBUG_BUILD: bool
 HANDLE_POOL: bool
 
 def _install_fast_methods(cls: type) -> None: ...
 def _install_task_registry(registry: object) -> None: ...
+def _install_transport_methods(cls: type) -> None: ...
 
 @final
 class TaskRegistry: ...

@@ -9,8 +9,10 @@ sendfile hooks, ``__repr__`` and ``__del__``. The hot paths are the native ``Str
 
 - the core is the fd's reader callback (``_read_ready``): readiness → ``recv`` into a reused
   buffer → ``data_received(bytes)``, or ``recv`` into the buffer of a ``BufferedProtocol``;
-- ``write``, ``get_write_buffer_size`` and ``is_closing`` are the core's bound methods stored on
-  the instance, so calling them runs no Python frame;
+- ``write`` and ``is_closing`` are native method descriptors of the class that find the core in
+  the ``_core`` slot (so the interpreter specialises ``transport.write(data)`` as it does a call
+  of any method), and ``get_write_buffer_size`` is the core's bound method stored on the
+  instance: calling them runs no Python frame;
 - the state both sides read (``_protocol``, ``_conn_lost``, ``_closing``, ``_eof``,
   ``_empty_waiter``, ``_protocol_paused``, ``_high_water``, ``_low_water``) lives in the core and
   appears here as properties; the write buffer is the core's ``OutQueue``.
@@ -27,7 +29,7 @@ from asyncio import base_events, futures, protocols, selector_events, transports
 from operator import attrgetter
 from typing import Any
 
-from ._native import StreamCore
+from ._native import StreamCore, _install_transport_methods
 
 
 def core_attr(name: str) -> Any:
@@ -107,6 +109,10 @@ class NativeCoreMixin(CoreStateMixin):
 
 
 class _SelectorSocketTransport(NativeCoreMixin, selector_events._SelectorSocketTransport):
+    # A slot, not an instance attribute: the native `write` and `is_closing` read it at a fixed
+    # offset (`crates/py/src/transport/methods.rs`).
+    __slots__ = ("_core",)
+
     _eof = core_attr("_eof")
     _empty_waiter = core_attr("_empty_waiter")
     _protocol_paused = core_attr("_protocol_paused")
@@ -127,9 +133,7 @@ class _SelectorSocketTransport(NativeCoreMixin, selector_events._SelectorSocketT
         core = StreamCore._attach(loop, self, sock.fileno())
         self._core = core
         self._read_ready = core
-        self.write = core.write  # type: ignore[method-assign]
         self.get_write_buffer_size = core.get_write_buffer_size  # type: ignore[method-assign]
-        self.is_closing = core.is_closing  # type: ignore[method-assign]
         self._init_extra(loop, sock, extra)
         self._sock = sock
         self._sock_fd = sock.fileno()
@@ -182,6 +186,10 @@ class _SelectorSocketTransport(NativeCoreMixin, selector_events._SelectorSocketT
         if not self.get_write_buffer_size():
             waiter.set_result(None)
         return waiter
+
+
+# `write` and `is_closing` (native, reading the `_core` slot).
+_install_transport_methods(_SelectorSocketTransport)
 
 
 # asyncio 3.13 tracks a server's transports (`Server._attach(transport)`, for

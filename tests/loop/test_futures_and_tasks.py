@@ -49,6 +49,31 @@ def test_create_future_subclass_override_is_used(loop):
         other.close()
 
 
+def test_loop_methods_work_through_the_class_and_on_a_plain_subclass(loop):
+    # ferroloop's fast methods are descriptors of ferroloop.Loop (crates/py/src/fastcall.rs):
+    # CPython hands them exactly that class's instances and its subclasses' alike.
+    cls = type(loop)
+
+    class Plain(cls):  # type: ignore[misc, valid-type]
+        pass
+
+    async def main(lp):
+        future = cls.create_future(lp)
+        cls.call_soon(lp, future.set_result, "soon")
+        later = lp.create_future()
+        cls.call_later(lp, 0, later.set_result, "later")
+        cls.call_at(lp, lp.time(), lambda: None)
+        task = cls.create_task(lp, asyncio.sleep(0, "task"))
+        return cls.get_debug(lp), await future, await later, await task
+
+    other = Plain()
+    try:
+        results = [loop.run_until_complete(main(loop)), other.run_until_complete(main(other))]
+    finally:
+        other.close()
+    assert results == [(False, "soon", "later", "task")] * 2
+
+
 def test_future_done_callbacks_run_through_the_loop(loop):
     future = loop.create_future()
     order = []

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import array
 import asyncio
+import errno
 import gc
 import logging
 import socket
+import struct
 import sys
 import warnings
 import weakref
@@ -46,6 +48,72 @@ def test_stream_transport_is_an_asyncio_transport(loop, run, recorder, tcp_conne
         return facts
 
     assert run(main()) == (True, True, True, True, True, True)
+
+
+def test_write_and_is_closing_work_through_the_class_and_detached_bound_methods(
+    loop, run, recorder, tcp_connect
+):
+    # ferroloop's are native method descriptors of the class that find the core in a slot
+    # (crates/py/src/transport/methods.rs); asyncio's are plain methods.
+    async def main():
+        ends = await tcp_connect(recorder, recorder)
+        transport = ends.client.transport
+        cls = type(transport)
+        write, is_closing = transport.write, transport.is_closing
+        cls.write(transport, b"by class, ")
+        write(bytearray(b"detached, "))
+        transport.write(memoryview(b"bound"))
+        before = (cls.is_closing(transport), is_closing(), transport.is_closing())
+        await ends.accepted.received_at_least(25)
+        transport.close()
+        after = (cls.is_closing(transport), is_closing(), transport.is_closing())
+        await ends.client.lost
+        await ends.accepted.lost
+        return before, after, bytes(ends.accepted.received)
+
+    assert run(main()) == ((False,) * 3, (True,) * 3, b"by class, detached, bound")
+
+
+def test_write_and_is_closing_of_an_uninitialised_transport_raise_attribute_error(
+    loop, run, recorder, tcp_connect
+):
+    async def transport_class():
+        ends = await tcp_connect(recorder, recorder)
+        cls = type(ends.client.transport)
+        await ends.close()
+        return cls
+
+    cls = run(transport_class())
+    bare = cls.__new__(cls)
+    with pytest.raises(AttributeError):
+        bare.is_closing()
+    with pytest.raises(AttributeError):
+        bare.write(b"data")
+    bare._sock = None  # what asyncio's __del__ reads
+
+
+def test_write_to_a_reset_connection_loses_it_with_the_reset_error(
+    loop, run, recorder, tcp_connect
+):
+    # The write finds nothing queued and sends at once (ferroloop: one send(MSG_NOSIGNAL)).
+    async def main():
+        ends = await tcp_connect(recorder, recorder)
+        transport = ends.client.transport
+        transport.pause_reading()  # the reset is seen by the write, not by a read
+        peer = ends.accepted.transport.get_extra_info("socket")
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        ends.accepted.transport.abort()
+        await ends.accepted.lost
+        await asyncio.sleep(0.05)  # the RST reaches the client's socket
+        transport.write(b"into a reset connection")
+        await ends.client.lost
+        return ends.client.lost_exc, transport.get_write_buffer_size(), ends.client.milestones()
+
+    exc, buffered, milestones = run(main())
+    assert type(exc) is ConnectionResetError
+    assert exc.errno == errno.ECONNRESET
+    assert buffered == 0
+    assert milestones == ["connection_made", "connection_lost"]
 
 
 def test_close_clears_the_read_ready_cb_that_asyncio_code_inspects(

@@ -63,6 +63,19 @@ impl WriteCall {
             Self::WriteV => writev(fd, iov),
         }
     }
+
+    /// One buffer: `send(MSG_NOSIGNAL)` or `write`, which spare the kernel the `msghdr` and
+    /// iovec copies and checks of `sendmsg`/`writev`.
+    fn write_one(self, fd: RawFd, data: &[u8]) -> io::Result<usize> {
+        let (ptr, len) = (data.as_ptr().cast::<libc::c_void>(), data.len());
+        let r = match self {
+            // SAFETY: `ptr` points at `len` readable bytes of `data`, alive for this call.
+            Self::SendMsg => unsafe { libc::send(fd, ptr, len, libc::MSG_NOSIGNAL) },
+            // SAFETY: as above.
+            Self::WriteV => unsafe { libc::write(fd, ptr, len) },
+        };
+        cvt(r).map(|n| n as usize)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -151,6 +164,11 @@ impl OutQueue {
     /// copying `extra`. Returns how many bytes of `extra` were written; the caller queues the
     /// rest with [`push`](Self::push). `extra` is only tried once the queue itself is empty.
     pub fn flush_with(&mut self, fd: RawFd, extra: &[u8]) -> io::Result<usize> {
+        if self.segs.is_empty() {
+            // Nothing queued (the usual `write()`): one buffer, one plain write, and no iovec
+            // array to set up (zeroing it cost about 80 instructions per call under callgrind).
+            return write_extra(self.call, fd, extra);
+        }
         // File ranges and long queues go out first on their own; what is left is a short run of
         // buffers that fits in one `sendmsg` together with `extra`.
         let has_file = self.segs.iter().any(|s| matches!(s, Segment::File { .. }));
@@ -297,6 +315,22 @@ impl OutQueue {
     pub fn clear(&mut self) {
         self.segs.clear();
         self.pending = 0;
+    }
+}
+
+/// `flush_with` on an empty queue: `extra` written once (retried on `EINTR`); a full socket
+/// buffer writes nothing.
+fn write_extra(call: WriteCall, fd: RawFd, extra: &[u8]) -> io::Result<usize> {
+    if extra.is_empty() {
+        return Ok(0);
+    }
+    loop {
+        match call.write_one(fd, extra) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 

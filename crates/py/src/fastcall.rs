@@ -16,8 +16,13 @@
 //! Invariants:
 //! - CPython calls the function with the GIL held, with `nargs` positional arguments followed by
 //!   one value per name in `kwnames`, all borrowed for the duration of the call.
-//! - The descriptor is created for the `LoopCore` type, and CPython checks that `self` is an
-//!   instance of it before calling.
+//! - The descriptor is created for the class it is installed on (`ferroloop.Loop`, checked to
+//!   be a `LoopCore` subclass), and CPython checks that `self` is an instance of that class
+//!   before calling, so `self` is a `LoopCore`. A descriptor of the subclass rather than of
+//!   `LoopCore` lets the interpreter specialise `loop.create_future()` (its
+//!   `PRECALL_NO_KW_METHOD_DESCRIPTOR_*` forms need `type(self)` to be exactly the descriptor's
+//!   class) and spares the method descriptor's subclass walk for the C `Future.__init__`'s
+//!   `loop.get_debug()`.
 //! - No panic crosses the FFI boundary: the body runs under `catch_unwind`, and a panic becomes
 //!   a `PanicException`, as in PyO3's own wrappers.
 //! - Semantics and error messages match the PyO3 method; `tests/loop/test_call_soon.py` runs
@@ -25,12 +30,13 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyString, PyTuple, PyType};
 
 use crate::event_loop::LoopCore;
 use crate::handle::CallArgs;
@@ -77,6 +83,22 @@ pub(crate) unsafe fn bound_builtin<'py>(
                 slf.as_ptr(),
                 std::ptr::null_mut(),
             ),
+        )
+    }
+}
+
+/// A method descriptor of `ty` made from `def`: CPython checks that `self` is an instance of `ty`
+/// before calling the function.
+pub(crate) fn method_descriptor<'py>(
+    ty: &Bound<'py, PyType>,
+    def: &'static MethodDef,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: we hold the GIL; the type pointer is alive (held by `ty`), and CPython only reads
+    // the 'static method definition (the `*mut` is an artefact of the C signature).
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            ty.py(),
+            ffi::PyDescr_NewMethod(ty.as_type_ptr(), std::ptr::addr_of!(def.0).cast_mut()),
         )
     }
 }
@@ -138,13 +160,14 @@ static GET_DEBUG: MethodDef = MethodDef(ffi::PyMethodDef {
 /// `get_debug` on `cls` (a subclass of `LoopCore`).
 #[pyfunction]
 pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
-    let py = cls.py();
-    let core = py.get_type::<LoopCore>();
+    let cls: &Bound<'_, PyType> = cls.cast()?;
+    if !cls.is_subclass_of::<LoopCore>()? {
+        return Err(PyTypeError::new_err(
+            "_install_fast_methods() takes a subclass of LoopCore",
+        ));
+    }
     // `call_soon` binds once per loop and calls its function directly (`cached_method.rs`).
-    cls.setattr(
-        "call_soon",
-        crate::cached_method::wrap(&CALL_SOON, cls.cast()?)?,
-    )?;
+    cls.setattr("call_soon", crate::cached_method::wrap(&CALL_SOON, cls)?)?;
     for (name, def) in [
         ("call_later", &CALL_LATER),
         ("call_at", &CALL_AT),
@@ -152,15 +175,7 @@ pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
         ("create_future", &CREATE_FUTURE),
         ("get_debug", &GET_DEBUG),
     ] {
-        // SAFETY: we hold the GIL; the type pointer is alive (held by `core`), and CPython only
-        // reads the 'static method definition (the `*mut` is an artefact of the C signature).
-        let descr = unsafe {
-            Bound::from_owned_ptr_or_err(
-                py,
-                ffi::PyDescr_NewMethod(core.as_type_ptr(), std::ptr::addr_of!(def.0).cast_mut()),
-            )
-        }?;
-        cls.setattr(name, descr)?;
+        cls.setattr(name, method_descriptor(cls, def)?)?;
     }
     Ok(())
 }

@@ -45,6 +45,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     task::install_task_slots(m.py());
     m.add_function(wrap_pyfunction!(fastcall::_install_fast_methods, m)?)?;
     m.add_function(wrap_pyfunction!(task_registry::_install_task_registry, m)?)?;
+    m.add_function(wrap_pyfunction!(transport::_install_transport_methods, m)?)?;
     m.add("DEBUG_BUILD", cfg!(debug_assertions))?;
     m.add("HANDLE_POOL", handle_alloc::installed(m.py()))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

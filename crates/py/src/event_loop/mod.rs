@@ -12,7 +12,6 @@
 //! The iteration itself is in `iteration.rs`, the fd table in `fds.rs`. `close()` deregisters
 //! every fd before the poller itself is closed.
 
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferroloop_core::{
-    clock, Events, Injector, Interest, Poller, PushOutcome, ReadyQueue, TimerId, Timers,
+    clock, Events, Injector, IntMap, Interest, Poller, PushOutcome, ReadyQueue, TimerId, Timers,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::ffi;
@@ -82,7 +81,9 @@ impl LoopRemote {
 struct State {
     ready: ReadyQueue<Ready>,
     timers: Timers<Py<TimerHandle>>,
-    fds: HashMap<RawFd, FdEntry>,
+    /// Looked up once per ready fd per iteration: an `IntMap` (SipHash cost about 100
+    /// instructions per lookup; fd numbers come from the kernel, not from peers).
+    fds: IntMap<RawFd, FdEntry>,
     thread_id: Option<u64>,
 }
 
@@ -106,13 +107,15 @@ impl Flags {
     }
 }
 
+// No `dict`: the Python subclass `ferroloop.Loop` gets its own, which CPython lays out as a managed
+// dict (`Py_TPFLAGS_MANAGED_DICT`, with its values in shared keys); see "Measured costs" in
+// docs/architecture.md for what that saves per lookup.
 #[pyclass(
     module = "ferroloop._native",
     name = "LoopCore",
     subclass,
     frozen,
-    weakref,
-    dict
+    weakref
 )]
 pub struct LoopCore {
     state: LoopCell<State>,
@@ -670,6 +673,9 @@ impl LoopCore {
         let kwargs = Self::loop_kwargs(slf)?;
         let future_type = crate::hooks::future_type(py)?;
         let no_args = PyTuple::empty(py);
+        if let Some(made) = construct(future_type, &no_args, &kwargs) {
+            return made.map(Bound::unbind);
+        }
         // SAFETY: we hold the GIL; the type, the empty tuple and the dict are live for the call.
         // (PyO3's `call` converts its arguments first: about 40 instructions more.)
         unsafe {
@@ -1057,4 +1063,45 @@ impl LoopCore {
             .and_then(|mut b| b.take());
         drop(bound);
     }
+}
+
+/// `cls(*args, **kwargs)` for a class whose metaclass is exactly `type`, as `type.__call__` does
+/// it (`tp_new`, then `tp_init` if the result is an instance of `cls`), without the generic call
+/// path around it (`PyObject_Call`, `type_call`, the result checks: about 80 instructions per
+/// `create_future` under callgrind). `None` for any other class: the caller calls it.
+fn construct<'py>(
+    cls: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: &Bound<'py, PyDict>,
+) -> Option<PyResult<Bound<'py, PyAny>>> {
+    let py = cls.py();
+    let tp = cls.as_ptr().cast::<ffi::PyTypeObject>();
+    // SAFETY: we hold the GIL; `cls` is alive. Its type is read first, and its slots only once
+    // it is known to be a class (its metaclass is `type` itself, so `cls()` is `type_call`).
+    let new = unsafe {
+        if ffi::Py_TYPE(cls.as_ptr()) != &raw mut ffi::PyType_Type {
+            return None;
+        }
+        (*tp).tp_new?
+    };
+    // SAFETY: `tp_new` of a live class, with a live tuple and dict borrowed for the call, as
+    // `type_call` passes them.
+    let obj = unsafe { Bound::from_owned_ptr_or_err(py, new(tp, args.as_ptr(), kwargs.as_ptr())) };
+    let obj = match obj {
+        Ok(obj) => obj,
+        Err(e) => return Some(Err(e)),
+    };
+    // SAFETY: `obj` is alive; `type_call` initialises only instances of `cls`, with their own
+    // type's `tp_init`.
+    unsafe {
+        if ffi::PyObject_TypeCheck(obj.as_ptr(), tp) == 0 {
+            return Some(Ok(obj));
+        }
+        if let Some(init) = (*ffi::Py_TYPE(obj.as_ptr())).tp_init {
+            if init(obj.as_ptr(), args.as_ptr(), kwargs.as_ptr()) < 0 {
+                return Some(Err(PyErr::fetch(py)));
+            }
+        }
+    }
+    Some(Ok(obj))
 }

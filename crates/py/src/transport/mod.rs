@@ -3,9 +3,10 @@
 //!
 //! `ferroloop._socket_transport._SelectorSocketTransport` is a Python subclass of asyncio's
 //! `_SelectorSocketTransport` (so `isinstance(t, asyncio.Transport)` holds and every cold path is
-//! asyncio's own code); it holds one `StreamCore` and stores the core's bound methods (`write`,
-//! `get_write_buffer_size`, `is_closing`) on the instance, so the hot calls reach Rust without a
-//! Python frame. The core is also the fd's reader and writer callback in the loop's fd table:
+//! asyncio's own code); it holds one `StreamCore` in its `_core` slot. Its `write` and
+//! `is_closing` are method descriptors of the class that call the core directly (`methods.rs`),
+//! and the core's bound `get_write_buffer_size` is stored on the instance, so the hot calls reach
+//! Rust without a Python frame. The core is also the fd's reader and writer callback in the loop's fd table:
 //! readiness goes poller → `StreamCore.__call__` → `recv` → `protocol.data_received` with no
 //! Python in between. `ferroloop._pipe_transport` does the same for asyncio's
 //! `_UnixReadPipeTransport` and `_UnixWritePipeTransport` with a core of [`Kind::ReadPipe`] or [`Kind::WritePipe`]: `read`
@@ -45,6 +46,7 @@
 #[macro_use]
 mod shared;
 mod datagram;
+mod methods;
 mod pybuf;
 mod read;
 mod sockaddr;
@@ -52,6 +54,7 @@ mod tls;
 mod write;
 
 pub use datagram::DatagramCore;
+pub use methods::_install_transport_methods;
 pub use tls::TlsRecords;
 
 use std::os::fd::RawFd;

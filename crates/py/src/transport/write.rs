@@ -128,14 +128,30 @@ fn write_def(py: Python<'_>) -> usize {
 }
 
 impl StreamCore {
-    /// `write(data)`, where `write` is a transport's `write` attribute. A `StreamCore`'s own
-    /// bound `write` (what ferroloop's transports keep on the instance) runs `write_impl`
+    /// `write(data)`, where `write` is a transport's `write` attribute. The socket transport's
+    /// bound `write` (`methods.rs`) and a `StreamCore`'s own bound `write` (what the pipe
+    /// transports keep on the instance) run `write_impl`
     /// directly, without the call through PyO3's argument handling (about 250 instructions);
     /// anything else is called.
     pub(super) fn call_write(write: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = write.py();
         let def = write_def(py);
-        if def != 0 && method_def_of(write) == Some(def) {
+        let found = method_def_of(write);
+        if found == Some(super::methods::write_def()) {
+            // SAFETY: `write` is exactly a built-in function (checked by `method_def_of`) made
+            // from the transport class's `write` descriptor, so its `m_self` is an instance of
+            // that class (or a subclass), kept alive by `write`.
+            let transport = unsafe {
+                Bound::from_borrowed_ptr(
+                    py,
+                    (*write.as_ptr().cast::<ffi::PyCFunctionObject>()).m_self,
+                )
+            };
+            // SAFETY: as above: an instance of the class the descriptor was installed on.
+            let core = unsafe { super::methods::core_of(&transport) }?;
+            return Self::write_impl(core, data);
+        }
+        if def != 0 && found == Some(def) {
             // SAFETY: `write` is exactly a built-in function (checked by `method_def_of`), so a
             // `PyCFunctionObject`, whose `m_self` is set at creation and kept alive by it.
             let slf = unsafe {
