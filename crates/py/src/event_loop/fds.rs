@@ -11,7 +11,7 @@
 
 use std::os::fd::RawFd;
 
-use ferroloop_core::Interest;
+use ferroloop_core::{Interest, Modified};
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -19,6 +19,7 @@ use pyo3::types::{PyInt, PyTuple};
 
 use super::{closed_error, LoopCore};
 use crate::handle::{CallArgs, Handle};
+use crate::sock_ops::os_error;
 
 /// One registered fd. `fileobj` is the object first registered for it (as a selector key
 /// keeps it), so the registration can still be found by that object after it was closed.
@@ -105,7 +106,7 @@ impl LoopCore {
                 debug,
             )?,
         )?;
-        let old = {
+        let (old, stale) = {
             let mut st = this.state.borrow(py)?;
             let existed = st.fds.contains_key(&fd);
             let entry = st.fds.entry(fd).or_insert_with(|| FdEntry {
@@ -120,8 +121,24 @@ impl LoopCore {
             };
             let old = slot.replace(handle.clone_ref(py));
             let interest = entry.interest();
+            let mut stale = None;
             let res = if existed {
-                this.shared.poller.modify(fd, fd as u64, interest)
+                match this.shared.poller.modify(fd, fd as u64, interest) {
+                    Ok(Modified::Changed) => Ok(()),
+                    Ok(Modified::Gone) => {
+                        // The fd was closed while registered and its number reused: the entry's
+                        // other direction belongs to the closed file and must not follow the new
+                        // one (its callback would run for this file's readiness).
+                        stale = if write {
+                            entry.reader.take()
+                        } else {
+                            entry.writer.take()
+                        };
+                        entry.fileobj = fileobj.clone().unbind();
+                        this.shared.poller.add(fd, fd as u64, entry.interest())
+                    }
+                    Err(e) => Err(e),
+                }
             } else {
                 this.shared.poller.add(fd, fd as u64, interest)
             };
@@ -134,16 +151,17 @@ impl LoopCore {
                     &mut entry.reader
                 };
                 let ours = std::mem::replace(slot, old);
-                if !existed {
+                if !existed || stale.is_some() {
                     st.fds.remove(&fd);
                 }
                 drop(st);
                 drop(ours);
-                return Err(e.into());
+                drop(stale);
+                return Err(os_error(py, &e));
             }
-            old
+            (old, stale)
         };
-        if let Some(old) = old {
+        for old in [old, stale].into_iter().flatten() {
             Handle::cancel(old.bind(py))?;
         }
         Ok(handle)
@@ -178,7 +196,7 @@ impl LoopCore {
         if this.flags.closed() {
             return Ok(false);
         }
-        let old = {
+        let (old, stale) = {
             let mut st = this.state.borrow(py)?;
             let fd = match fileobj_to_fd(fd) {
                 Ok(n) => n,
@@ -201,16 +219,33 @@ impl LoopCore {
                 return Ok(false);
             }
             let interest = entry.interest();
+            let mut stale = None;
             if interest.is_empty() {
                 st.fds.remove(&fd);
-                this.shared.poller.delete(fd)?;
-            } else {
-                this.shared.poller.modify(fd, fd as u64, interest)?;
+                this.shared
+                    .poller
+                    .delete(fd)
+                    .map_err(|e| os_error(py, &e))?;
+            } else if this
+                .shared
+                .poller
+                .modify(fd, fd as u64, interest)
+                .map_err(|e| os_error(py, &e))?
+                == Modified::Gone
+            {
+                // The fd was closed while registered and its number reused: what is left of the
+                // entry belongs to the closed file; it must not be registered for the new one.
+                stale = st.fds.remove(&fd);
             }
-            old
+            (old, stale)
         };
         if let Some(old) = old {
             Handle::cancel(old.bind(py))?;
+        }
+        if let Some(entry) = stale {
+            for h in [entry.reader, entry.writer].into_iter().flatten() {
+                Handle::cancel(h.bind(py))?;
+            }
         }
         Ok(true)
     }
