@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import math
 
 import pytest
 
@@ -171,6 +172,18 @@ def test_infinite_delay_never_fires_and_does_not_block_other_timers(loop):
     assert fired == ["soon"]
     assert never.when() == float("inf")
     never.cancel()
+
+
+@pytest.mark.parametrize("method", ["call_later", "call_at"])
+def test_nan_deadline_fires_at_the_next_iteration(loop, method):
+    # asyncio's heap finds a NaN deadline not later than the clock and runs it at once; a heap
+    # ordered by total order would put it after +inf and never run it.
+    fired = []
+    timer = getattr(loop, method)(float("nan"), fired.append, "nan")
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert fired == ["nan"]
+    assert math.isnan(timer.when())
 
 
 def test_call_later_rejects_none_delay(loop):

@@ -305,11 +305,20 @@ impl LoopCore {
         }
         let base = Self::make_handle(slf, method, callback, args, context, debug)?;
         let timer = crate::handle_alloc::new_timer_handle(py, base, TimerHandle::new(when))?;
+        // A NaN `when` compares false with everything: asyncio's heap then finds it not later
+        // than the clock and runs it at the next iteration. In the heap's total order a NaN
+        // would sort after +inf and never run, so it is keyed as due at once (`when()` still
+        // says NaN).
+        let key = if when.is_nan() {
+            f64::NEG_INFINITY
+        } else {
+            when
+        };
         let id = this
             .state
             .borrow(py)?
             .timers
-            .insert(when, timer.clone_ref(py));
+            .insert(key, timer.clone_ref(py));
         timer.get().set_timer_id(id.to_bits());
         Ok(timer)
     }
