@@ -33,6 +33,17 @@ def test_set_debug_round_trips(loop):
     assert loop.get_debug() is False
 
 
+@pytest.mark.parametrize(
+    ("enabled", "expected"), [(1, True), ("yes", True), (0, False), (None, False)]
+)
+def test_set_debug_takes_any_object_by_its_truth(loop, enabled, expected):
+    # asyncio stores what set_debug is given (set_debug(1), set_debug(os.environ.get(...)))
+    # and tests its truth later.
+    loop.set_debug(enabled)
+    assert bool(loop.get_debug()) is expected
+    assert bool(loop.create_future()._source_traceback) is expected
+
+
 def test_futures_ask_get_debug_whether_to_record_a_traceback(loop):
     # The C Future's __init__ calls loop.get_debug() (native on ferroloop).
     assert loop.create_future()._source_traceback is None

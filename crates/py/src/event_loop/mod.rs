@@ -879,9 +879,14 @@ impl LoopCore {
         self.flags.debug()
     }
 
+    /// asyncio's `set_debug(enabled)` stores whatever it is given and tests its truth later
+    /// (`set_debug(1)`, `set_debug(os.environ.get(...))`), so any object is taken by its truth.
     #[setter(_debug)]
-    fn set_attr_debug(&self, value: bool) {
-        self.flags.debug.store(value, Ordering::Relaxed);
+    fn set_attr_debug(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.flags
+            .debug
+            .store(value.is_truthy()?, Ordering::Relaxed);
+        Ok(())
     }
 
     #[getter(_task_factory)]
