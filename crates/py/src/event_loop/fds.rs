@@ -94,12 +94,11 @@ impl LoopCore {
             return Err(closed_error());
         }
         let debug = this.flags.debug();
-        let method = if write { "add_writer" } else { "add_reader" };
         let handle = Py::new(
             py,
             Self::make_handle(
                 slf,
-                method,
+                None,
                 callback,
                 CallArgs::from_tuple(args)?,
                 None,
