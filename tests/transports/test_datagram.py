@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import sys
+import time
 import warnings
 import weakref
 
@@ -667,6 +668,35 @@ def test_exception_in_datagram_received_reaches_the_handler(loop, run, exception
     assert run(main()) == [b"boom", b"after"]
     (context,) = exception_handler_calls.consume()
     assert isinstance(context["exception"], ZeroDivisionError)
+    assert context["message"] == "Exception in callback _SelectorDatagramTransport._read_ready()"
+
+
+def test_datagram_for_a_protocol_set_to_none_is_read_and_reported(
+    loop, run, exception_handler_calls
+):
+    # asyncio reads the datagram and calls None.datagram_received: the AttributeError reaches
+    # the handler. Leaving the datagram unread would keep the socket readable and the loop
+    # busy with it at every iteration.
+    async def main():
+        transport, protocol = await loop.create_datagram_endpoint(
+            DatagramRecorder, local_addr=("127.0.0.1", 0)
+        )
+        transport.set_protocol(None)
+        address = transport.get_extra_info("sockname")
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            sender.sendto(b"lost", address)
+            cpu = time.process_time()
+            await asyncio.sleep(0.1)
+            cpu = time.process_time() - cpu
+        transport.set_protocol(protocol)
+        transport.close()
+        await protocol.lost
+        return cpu
+
+    assert run(main()) < 0.05
+    (context,) = exception_handler_calls.consume()
+    assert isinstance(context["exception"], AttributeError)
+    assert "datagram_received" in str(context["exception"])
     assert context["message"] == "Exception in callback _SelectorDatagramTransport._read_ready()"
 
 

@@ -45,7 +45,7 @@ use pyo3::PyTraverseError;
 
 use super::read::with_read_buf;
 use super::read::MAX_READ;
-use super::shared::{OwnObjects, SharedState};
+use super::shared::{get_object, OwnObjects, SharedState};
 use super::sockaddr::{HostCache, SockAddr};
 use super::write::{warn_write_after_lost, Data, LOG_THRESHOLD_FOR_CONNLOST_WRITES};
 use super::Attached;
@@ -260,10 +260,10 @@ impl DatagramCore {
             if st.shared.conn_lost > 0 || st.shared.closing || st.sock.is_none() {
                 return Ok(false);
             }
-            match st.shared.protocol.as_ref() {
-                Some(p) => p.clone_ref(py),
-                None => return Ok(false),
-            }
+            // A protocol set to None is called all the same, as asyncio does: the datagram is
+            // read and the AttributeError reaches the exception handler. Not reading it would
+            // leave the socket readable and the loop spinning on it.
+            get_object(py, st.shared.protocol.as_ref()).unwrap_or_else(|| py.None())
         };
         let fd = self.fd;
         let mut from = SockAddr::empty();
