@@ -482,6 +482,17 @@ def test_add_reader_rejects_negative_fd(loop):
         loop.add_reader(-1, print)
 
 
+@pytest.mark.parametrize("direction", ["reader", "writer"])
+def test_fd_numbers_beyond_a_c_int(loop, direction):
+    # asyncio: epoll.register raises OverflowError; remove_* finds nothing registered; a
+    # negative number is invalid however large.
+    with pytest.raises(OverflowError):
+        getattr(loop, f"add_{direction}")(2**40, print)
+    assert getattr(loop, f"remove_{direction}")(2**40) is False
+    with pytest.raises(ValueError, match="Invalid file descriptor"):
+        getattr(loop, f"add_{direction}")(-(2**70), print)
+
+
 def test_add_writer_rejects_invalid_file_object(loop):
     with pytest.raises(ValueError, match="Invalid file object"):
         loop.add_writer("not a file", print)

@@ -12,7 +12,7 @@
 use std::os::fd::RawFd;
 
 use ferroloop_core::{Interest, Modified};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyTuple};
@@ -38,10 +38,12 @@ impl FdEntry {
     }
 }
 
-/// asyncio's `selectors._fileobj_to_fd`: an int, or an object with `fileno()`.
+/// asyncio's `selectors._fileobj_to_fd`: an int, or an object with `fileno()`. A negative
+/// number is a `ValueError`; one above the C `int` range an `OverflowError`, which asyncio
+/// gets from `epoll.register` (`remove_*` answer `False` for it: it cannot be registered).
 pub(super) fn fileobj_to_fd(obj: &Bound<'_, PyAny>) -> PyResult<RawFd> {
-    let fd: i64 = if obj.is_instance_of::<PyInt>() {
-        obj.extract()?
+    let n = if obj.is_instance_of::<PyInt>() {
+        obj.clone()
     } else {
         let invalid = || {
             let shown = obj.repr().map_or_else(|_| "?".into(), |r| r.to_string());
@@ -50,14 +52,18 @@ pub(super) fn fileobj_to_fd(obj: &Bound<'_, PyAny>) -> PyResult<RawFd> {
         let n = obj
             .call_method0(intern!(obj.py(), "fileno"))
             .map_err(|_| invalid())?;
-        n.extract().map_err(|_| invalid())?
+        if !n.is_instance_of::<PyInt>() {
+            return Err(invalid());
+        }
+        n
     };
-    match i32::try_from(fd) {
-        Ok(fd) if fd >= 0 => Ok(fd),
-        _ => Err(PyValueError::new_err(format!(
-            "Invalid file descriptor: {fd}"
-        ))),
+    if n.lt(0)? {
+        return Err(PyValueError::new_err(format!(
+            "Invalid file descriptor: {n}"
+        )));
     }
+    n.extract::<RawFd>()
+        .map_err(|_| PyOverflowError::new_err("Python int too large to convert to C int"))
 }
 
 impl LoopCore {
@@ -199,6 +205,7 @@ impl LoopCore {
             let mut st = this.state.borrow(py)?;
             let fd = match fileobj_to_fd(fd) {
                 Ok(n) => n,
+                Err(e) if e.is_instance_of::<PyOverflowError>(py) => return Ok(false),
                 // A closed socket says fileno() == -1: find its registration by identity, as
                 // `selectors` does, so it can still be removed.
                 Err(e) => match st.fds.iter().find(|(_, en)| en.fileobj.bind(py).is(fd)) {
