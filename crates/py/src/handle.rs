@@ -272,11 +272,19 @@ impl Handle {
                 _ => return Ok(()),
             }
         };
-        let call = || match this.native {
-            Some(native) => native(&callback, args.single()),
-            None => args.call(&callback).map(drop),
+        let context = this.context.bind(py);
+        let result = if is_context(context) {
+            run_in_context(context, || match this.native {
+                Some(native) => native(&callback, args.single()),
+                None => args.call(&callback).map(drop),
+            })
+        } else {
+            // asyncio runs `self._context.run(self._callback, *self._args)` whatever `context=`
+            // was given: an object with a `run` method works, anything else fails there (an
+            // AttributeError for the exception handler).
+            call_context_run(context, &callback, &args)
         };
-        match run_in_context(this.context.bind(py), call) {
+        match result {
             Ok(()) => Ok(()),
             Err(e) => report_failure(slf.as_any(), &this.loop_, e),
         }
@@ -320,6 +328,30 @@ impl Handle {
         self.clear_call(py, frozen);
         Ok(())
     }
+}
+
+/// Whether `obj` is a `contextvars.Context` (a final type: no subclass can exist).
+fn is_context(obj: &Bound<'_, PyAny>) -> bool {
+    obj.get_type().as_ptr() == (&raw mut ffi::PyContext_Type).cast()
+}
+
+/// `context.run(callback, *args)` through Python, for a `context=` that is not a `Context`.
+fn call_context_run<'py>(
+    context: &Bound<'py, PyAny>,
+    callback: &Bound<'py, PyAny>,
+    args: &BoundArgs<'py>,
+) -> PyResult<()> {
+    let py = context.py();
+    let mut all = vec![callback.clone()];
+    match args {
+        BoundArgs::Empty => {}
+        BoundArgs::One(a) => all.push(a.clone()),
+        BoundArgs::Tuple(t) => all.extend(t.iter()),
+    }
+    context
+        .getattr(intern!(py, "run"))?
+        .call1(PyTuple::new(py, all)?)
+        .map(drop)
 }
 
 /// `context.run(call)` without a bound method: `PyContext_Enter`, the call, `PyContext_Exit`.
