@@ -756,6 +756,25 @@ def test_unclosed_endpoint_cycle_is_collected_with_a_warning(loop, run):
     assert any(m.startswith("unclosed transport <_SelectorDatagramTransport") for m in messages)
 
 
+def test_endpoint_left_open_on_a_closed_loop_warns_once_and_closes_its_socket(loop):
+    # asyncio's __del__ warns "unclosed transport" and closes the socket itself, so the socket
+    # gives no warning of its own (with -W error a second warning is a second failure).
+    transport, _ = loop.run_until_complete(
+        loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0))
+    )
+    fd = transport.get_extra_info("socket").fileno()
+    loop.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del transport
+        gc.collect()
+    messages = [str(w.message) for w in caught if w.category is ResourceWarning]
+    assert len(messages) == 1, messages
+    assert messages[0].startswith("unclosed transport <_SelectorDatagramTransport")
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
 def test_sendto_after_close_on_an_unconnected_endpoint(loop, run):
     async def main():
         _, server = await loop.create_datagram_endpoint(

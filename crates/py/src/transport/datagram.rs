@@ -80,7 +80,11 @@ impl OwnObjects for DatagramState {
     type Taken = (Option<Py<PyAny>>, Option<Py<PyAny>>, VecDeque<Queued>);
 
     fn traverse_own(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.sock)?;
+        // `sock` is not visited: it is an exact `socket.socket` (`native_capable`), whose
+        // instances have no `__dict__` and so cannot lead back here. Visited, it joined the
+        // transport's garbage cycle, and the collector could finalize it before the
+        // transport's `__del__`: an extra "unclosed <socket.socket ...>" ResourceWarning that
+        // asyncio does not give (its `__del__` warns for the transport and closes the socket).
         visit.call(&self.address)?;
         for q in &self.queue {
             visit.call(&q.addr)?;
