@@ -27,7 +27,7 @@ use pyo3::ffi;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyFloat, PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
 mod fds;
@@ -522,8 +522,14 @@ impl LoopCore {
         if delay.is_none() {
             return Err(PyTypeError::new_err("delay must not be None"));
         }
-        let delay: f64 = delay.extract()?;
-        let when = clock::monotonic() + delay;
+        let now = clock::monotonic();
+        let when = if delay.is_instance_of::<PyFloat>() || delay.is_instance_of::<PyInt>() {
+            now + delay.extract::<f64>()?
+        } else {
+            // asyncio computes `self.time() + delay`: a Fraction works, while a Decimal or an
+            // object with only `__float__` or `__index__` is a TypeError there, not a float.
+            PyFloat::new(slf.py(), now).add(delay)?.extract::<f64>()?
+        };
         Self::schedule_timer(slf, when, callback, args, context, "call_later")
     }
 
