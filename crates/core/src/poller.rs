@@ -15,7 +15,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::sys::cvt;
+use crate::sys::{cvt, ReleasableFd};
 
 /// Which directions a registration waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -120,7 +120,8 @@ pub enum Modified {
 
 #[derive(Debug)]
 pub struct Poller {
-    epfd: OwnedFd,
+    /// -1 once [`Poller::close`] released it.
+    epfd: ReleasableFd,
     /// Cleared the first time `epoll_pwait2` answers ENOSYS.
     has_pwait2: AtomicBool,
 }
@@ -131,9 +132,15 @@ impl Poller {
         let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         Ok(Self {
             // SAFETY: `fd` was just returned by epoll_create1 and nothing else owns it.
-            epfd: unsafe { OwnedFd::from_raw_fd(fd) },
+            epfd: ReleasableFd::new(unsafe { OwnedFd::from_raw_fd(fd) }),
             has_pwait2: AtomicBool::new(true),
         })
+    }
+
+    /// Closes the epoll fd now; every later call fails with `EBADF`. Only the thread that
+    /// owns the poller may call it (no `wait` or `ctl` can be in progress elsewhere).
+    pub fn close(&self) {
+        self.epfd.release();
     }
 
     fn ctl(&self, op: i32, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {

@@ -971,6 +971,12 @@ impl LoopCore {
         let mut rest = Vec::new();
         self.shared.injector.drain_into(&mut rest);
         drop(rest);
+        // The epoll fd and the eventfd go now, as asyncio's close() closes its selector and
+        // self-pipe: a closed loop that stays referenced holds no fd. Nothing polls or
+        // registers on a closed loop (every path checks `closed` first).
+        let _ = self.shared.poller.delete(self.shared.injector.as_raw_fd());
+        self.shared.injector.close();
+        self.shared.poller.close();
         let bound = self.bound_call_soon.borrow(py)?.take();
         drop(bound);
         Ok(())
