@@ -706,6 +706,9 @@ pub(crate) fn install_traverse(py: Python<'_>) {
 #[pyclass(module = "ferroloop", name = "TimerHandle", extends = Handle, frozen)]
 pub struct TimerHandle {
     when: f64,
+    /// `when` as `call_at` was given it, when that was an int (or a bool): asyncio's `when()`
+    /// hands back what it was given. An int refers to nothing, so there is nothing to traverse.
+    given_int: Option<Py<PyAny>>,
     timer_id: AtomicU64,
 }
 
@@ -715,8 +718,29 @@ impl TimerHandle {
     pub(crate) fn new(when: f64) -> Self {
         Self {
             when,
+            given_int: None,
             timer_id: AtomicU64::new(NOT_SCHEDULED),
         }
+    }
+
+    /// A timer at `when`, which `when()` reports as `given`, the int it was scheduled with.
+    pub(crate) fn with_given_int(when: f64, given: Py<PyAny>) -> Self {
+        Self {
+            given_int: Some(given),
+            ..Self::new(when)
+        }
+    }
+
+    /// The deadline on the loop clock, as a float.
+    pub(crate) fn deadline(&self) -> f64 {
+        self.when
+    }
+
+    fn when_object(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match &self.given_int {
+            Some(given) => given.clone_ref(py),
+            None => self.when.into_pyobject(py)?.into_any().unbind(),
+        })
     }
 
     pub(crate) fn set_timer_id(&self, bits: u64) {
@@ -730,13 +754,13 @@ impl TimerHandle {
 
 #[pymethods]
 impl TimerHandle {
-    fn when(&self) -> f64 {
-        self.when
+    fn when(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.when_object(py)
     }
 
     #[getter]
-    fn _when(&self) -> f64 {
-        self.when
+    fn _when(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.when_object(py)
     }
 
     #[getter]

@@ -293,7 +293,7 @@ impl LoopCore {
 
     fn schedule_timer(
         slf: &Bound<'_, Self>,
-        when: f64,
+        timer: TimerHandle,
         callback: &Bound<'_, PyAny>,
         args: CallArgs,
         context: Option<&Bound<'_, PyAny>>,
@@ -309,7 +309,8 @@ impl LoopCore {
             Self::check_thread(this.state.borrow(py)?.thread_id)?;
         }
         let base = Self::make_handle(slf, Some(method), callback, args, context, debug)?;
-        let timer = crate::handle_alloc::new_timer_handle(py, base, TimerHandle::new(when))?;
+        let when = timer.deadline();
+        let timer = crate::handle_alloc::new_timer_handle(py, base, timer)?;
         // A NaN `when` compares false with everything: asyncio's heap then finds it not later
         // than the clock and runs it at the next iteration. In the heap's total order a NaN
         // would sort after +inf and never run, so it is keyed as due at once (`when()` still
@@ -530,7 +531,14 @@ impl LoopCore {
             // object with only `__float__` or `__index__` is a TypeError there, not a float.
             PyFloat::new(slf.py(), now).add(delay)?.extract::<f64>()?
         };
-        Self::schedule_timer(slf, when, callback, args, context, "call_later")
+        Self::schedule_timer(
+            slf,
+            TimerHandle::new(when),
+            callback,
+            args,
+            context,
+            "call_later",
+        )
     }
 
     /// `call_at`, shared by the PyO3 method and the fast-call entry (`fastcall.rs`).
@@ -544,8 +552,17 @@ impl LoopCore {
         if when.is_none() {
             return Err(PyTypeError::new_err("when cannot be None"));
         }
+        // asyncio keeps `when` as given and `when()` returns it: an int stays an int. Only an
+        // exact int or bool is kept (a subclass could carry a `__dict__` leading back here).
+        let given_int = (when.is_exact_instance_of::<PyInt>()
+            || when.is_exact_instance_of::<pyo3::types::PyBool>())
+        .then(|| when.clone().unbind());
         let when: f64 = when.extract()?;
-        Self::schedule_timer(slf, when, callback, args, context, "call_at")
+        let timer = match given_int {
+            Some(given) => TimerHandle::with_given_int(when, given),
+            None => TimerHandle::new(when),
+        };
+        Self::schedule_timer(slf, timer, callback, args, context, "call_at")
     }
 
     /// Called by `TimerHandle.cancel()`: takes the timer out of the heap at once.
