@@ -30,7 +30,11 @@ def _check_sock(loop: Any, sock: socket.socket) -> None:
 
 
 def _byte_view(data: Any) -> memoryview:
-    view = memoryview(data)
+    try:
+        view = memoryview(data)
+    except TypeError:
+        # asyncio's sock_sendall fails in socket.send, with socket's message.
+        raise TypeError(f"a bytes-like object is required, not '{type(data).__name__}'") from None
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return view

@@ -78,6 +78,15 @@ def test_call_at_accepts_integer_deadline(loop):
     assert fired == ["int"]
 
 
+@pytest.mark.parametrize("when", [5, 2**70, True])
+def test_integer_deadline_is_handed_back_as_given(loop, when):
+    # asyncio keeps call_at's `when` as it was given: when() and the repr say 5, not 5.0.
+    timer = loop.call_at(when, print)
+    assert (type(timer.when()), timer.when()) == (type(when), when)
+    timer.cancel()
+    assert repr(timer).endswith(f" when={when}>")
+
+
 def test_call_at_rejects_none_deadline(loop):
     with pytest.raises(TypeError, match="when cannot be None"):
         loop.call_at(None, print)

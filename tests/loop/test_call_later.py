@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextvars
+import decimal
+import fractions
+import math
 
 import pytest
 
@@ -171,6 +174,44 @@ def test_infinite_delay_never_fires_and_does_not_block_other_timers(loop):
     assert fired == ["soon"]
     assert never.when() == float("inf")
     never.cancel()
+
+
+@pytest.mark.parametrize("method", ["call_later", "call_at"])
+def test_nan_deadline_fires_at_the_next_iteration(loop, method):
+    # asyncio's heap finds a NaN deadline not later than the clock and runs it at once; a heap
+    # ordered by total order would put it after +inf and never run it.
+    fired = []
+    timer = getattr(loop, method)(float("nan"), fired.append, "nan")
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert fired == ["nan"]
+    assert math.isnan(timer.when())
+
+
+class _FloatOnly:
+    def __float__(self):
+        return 0.0
+
+
+class _IndexOnly:
+    def __index__(self):
+        return 0
+
+
+@pytest.mark.parametrize("delay", [decimal.Decimal("0.001"), _FloatOnly(), _IndexOnly()], ids=type)
+def test_call_later_refuses_a_delay_that_cannot_be_added_to_the_time(loop, delay):
+    # asyncio computes loop.time() + delay: float + Decimal and float + an object with only
+    # __float__ or __index__ are TypeErrors, not conversions.
+    with pytest.raises(TypeError, match="unsupported operand type"):
+        loop.call_later(delay, print)
+
+
+def test_call_later_takes_a_delay_that_adds_to_a_float(loop):
+    fired = []
+    loop.call_later(fractions.Fraction(1, 1000), fired.append, "fraction")
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert fired == ["fraction"]
 
 
 def test_call_later_rejects_none_delay(loop):

@@ -57,6 +57,38 @@ def test_call_soon_runs_callback_in_given_context(loop):
     assert request_id.get() == "unset"
 
 
+def _schedule(loop, method, *args, context):
+    when = () if method in ("call_soon", "call_soon_threadsafe") else (0,)
+    if method == "call_at":
+        when = (loop.time(),)
+    return getattr(loop, method)(*when, *args, context=context)
+
+
+@pytest.mark.parametrize("method", ["call_soon", "call_soon_threadsafe", "call_later", "call_at"])
+def test_a_context_that_is_not_a_context_is_asked_to_run_the_callback(
+    loop, method, exception_handler_calls
+):
+    # asyncio's Handle runs `self._context.run(callback, *args)` whatever context= was: an
+    # object with a run method is used, anything else fails there, in the exception handler.
+    class RunsIt:
+        def __init__(self):
+            self.calls = []
+
+        def run(self, callback, *args):
+            self.calls.append(args)
+            return callback(*args)
+
+    runner, fired = RunsIt(), []
+    _schedule(loop, method, fired.append, "ran", context=runner)
+    _schedule(loop, method, fired.append, "lost", context=42)
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert (fired, runner.calls) == (["ran"], [("ran",)])
+    (context,) = exception_handler_calls.consume()
+    assert isinstance(context["exception"], AttributeError)
+    assert "'int' object has no attribute 'run'" in str(context["exception"])
+
+
 def test_call_soon_callback_changes_stay_in_given_context(loop):
     context = contextvars.copy_context()
     loop.call_soon(request_id.set, "changed", context=context)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import weakref
 
@@ -35,6 +36,57 @@ def test_close_while_running_raises(loop):
     loop.run_forever()
     assert errors == ["Cannot close a running event loop"]
     assert not loop.is_closed()
+
+
+def _open_fds():
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_close_releases_the_loops_own_fds_while_the_loop_lives_on(loop_factory):
+    # asyncio's close() closes its selector and self-pipe: a closed loop that is still
+    # referenced (a list of loops, a traceback, a cycle not collected yet) holds no fd.
+    before = _open_fds()
+    closed = loop_factory()
+    closed.call_soon(closed.stop)
+    closed.run_forever()
+    closed.close()
+    assert _open_fds() <= before
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        closed.call_soon_threadsafe(print)
+
+
+def test_call_soon_threadsafe_racing_close_from_other_threads(loop_factory):
+    # Producers that keep calling call_soon_threadsafe while the loop sleeps, stops and closes
+    # either queue their callback or get "Event loop is closed"; the closed loop holds no fd.
+    before = _open_fds()
+    racing = loop_factory()
+    stop = threading.Event()
+    unexpected = []
+
+    def produce():
+        while not stop.is_set():
+            try:
+                racing.call_soon_threadsafe(len, "")
+            except RuntimeError as exc:
+                if "closed" not in str(exc):
+                    unexpected.append(exc)
+            except BaseException as exc:  # any other error is the failure
+                unexpected.append(exc)
+
+    producers = [threading.Thread(target=produce) for _ in range(4)]
+    for thread in producers:
+        thread.start()
+    try:
+        for _ in range(20):
+            racing.call_later(0.001, racing.stop)
+            racing.run_forever()
+        racing.close()
+    finally:
+        stop.set()
+        for thread in producers:
+            thread.join()
+    assert unexpected == []
+    assert _open_fds() <= before
 
 
 def test_close_drops_pending_callbacks_without_running_them(loop):

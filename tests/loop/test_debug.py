@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -31,6 +32,17 @@ def test_set_debug_round_trips(loop):
     assert loop.get_debug() is True
     loop.set_debug(False)
     assert loop.get_debug() is False
+
+
+@pytest.mark.parametrize(
+    ("enabled", "expected"), [(1, True), ("yes", True), (0, False), (None, False)]
+)
+def test_set_debug_takes_any_object_by_its_truth(loop, enabled, expected):
+    # asyncio stores what set_debug is given (set_debug(1), set_debug(os.environ.get(...)))
+    # and tests its truth later.
+    loop.set_debug(enabled)
+    assert bool(loop.get_debug()) is expected
+    assert bool(loop.create_future()._source_traceback) is expected
 
 
 def test_futures_ask_get_debug_whether_to_record_a_traceback(loop):
@@ -218,6 +230,25 @@ def test_debug_mode_rejects_non_callable(loop, method):
     name = "call_(later|at)" if method == "call_later" else method
     with pytest.raises(TypeError, match=f"a callable object was expected by {name}"):
         schedule(*args, 42)
+
+
+@pytest.mark.parametrize("method", ["add_reader", "add_writer"])
+def test_debug_mode_does_not_check_the_callback_of_add_reader_or_add_writer(
+    loop, method, exception_handler_calls
+):
+    # asyncio's add_reader/add_writer build their Handle without a callable check, in debug
+    # mode too: the TypeError reaches the exception handler when the fd is ready.
+    loop.set_debug(True)
+    left, right = socket.socketpair()
+    with left, right:
+        right.send(b"x")
+        getattr(loop, method)(left, 42)
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        getattr(loop, method.replace("add", "remove"))(left)
+    (context,) = exception_handler_calls.consume()
+    assert isinstance(context["exception"], TypeError)
+    assert "source_traceback" in context
 
 
 @pytest.mark.parametrize("method", ["call_soon", "call_soon_threadsafe", "call_later", "call_at"])

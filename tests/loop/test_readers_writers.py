@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import socket
 
@@ -406,13 +407,41 @@ def test_loop_keeps_running_after_a_registered_fd_is_closed(loop):
     loop.remove_reader(fd)
 
 
+@pytest.mark.parametrize("direction", ["reader", "writer"])
+def test_callback_of_a_closed_fd_does_not_follow_its_number_to_the_next_file(loop, direction):
+    # The socket is closed without removing its callback; the next fd the loop itself opens
+    # (ferroloop's signal wake-up socket, made when run_forever starts) may get its number. The
+    # closed socket's callback must not fire for that file's readiness (it would, a writer at
+    # every iteration, if the stale registration were carried over to the new file).
+    left, right = socket.socketpair()
+    fd = left.fileno()
+    fired = []
+    getattr(loop, f"add_{direction}")(fd, fired.append, "closed fd")
+    left.close()
+    right.close()
+    loop.call_later(0.02, loop.stop)
+    loop.run_forever()
+    assert fired == []
+    getattr(loop, f"remove_{direction}")(fd)
+
+
 def test_add_reader_of_a_regular_file_is_refused(loop, tmp_path):
     path = tmp_path / "regular"
     path.write_bytes(b"data")
     with path.open("rb") as file:
-        with pytest.raises(PermissionError):
+        with pytest.raises(PermissionError) as info:
             loop.add_reader(file.fileno(), print)
+        assert info.value.errno == errno.EPERM
         assert loop.remove_reader(file.fileno()) is False
+
+
+@pytest.mark.parametrize("direction", ["reader", "writer"])
+def test_add_of_a_closed_fd_number_raises_oserror_with_errno(loop, direction):
+    fd = os.open(os.devnull, os.O_RDONLY)
+    os.close(fd)
+    with pytest.raises(OSError) as info:
+        getattr(loop, f"add_{direction}")(fd, print)
+    assert (info.value.errno, info.value.strerror) == (errno.EBADF, os.strerror(errno.EBADF))
 
 
 @pytest.mark.parametrize("direction", ["reader", "writer"])
@@ -451,6 +480,17 @@ def test_add_reader_rejects_invalid_file_object(loop):
 def test_add_reader_rejects_negative_fd(loop):
     with pytest.raises(ValueError):
         loop.add_reader(-1, print)
+
+
+@pytest.mark.parametrize("direction", ["reader", "writer"])
+def test_fd_numbers_beyond_a_c_int(loop, direction):
+    # asyncio: epoll.register raises OverflowError; remove_* finds nothing registered; a
+    # negative number is invalid however large.
+    with pytest.raises(OverflowError):
+        getattr(loop, f"add_{direction}")(2**40, print)
+    assert getattr(loop, f"remove_{direction}")(2**40) is False
+    with pytest.raises(ValueError, match="Invalid file descriptor"):
+        getattr(loop, f"add_{direction}")(-(2**70), print)
 
 
 def test_add_writer_rejects_invalid_file_object(loop):

@@ -32,6 +32,15 @@ def test_blocking_socket_is_rejected_in_debug_mode(loop, method, extra_args):
             loop.run_until_complete(coroutine)
 
 
+@pytest.mark.parametrize("data", ["text", None, 5, [b"x"]], ids=lambda d: type(d).__name__)
+def test_sock_sendall_of_a_non_buffer_raises_sockets_type_error(loop, unix_pair, data):
+    # asyncio's sock_sendall fails in socket.send: socket's own message, whatever the loop.
+    left, _ = unix_pair
+    name = type(data).__name__
+    with pytest.raises(TypeError, match=f"^a bytes-like object is required, not '{name}'$"):
+        loop.run_until_complete(loop.sock_sendall(left, data))
+
+
 def test_blocking_socket_with_data_ready_is_read_outside_debug_mode(loop):
     # asyncio checks the blocking mode only in debug mode; a ready blocking socket works.
     left, right = socket.socketpair()

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import sys
+import time
 import warnings
 import weakref
 
@@ -670,6 +671,35 @@ def test_exception_in_datagram_received_reaches_the_handler(loop, run, exception
     assert context["message"] == "Exception in callback _SelectorDatagramTransport._read_ready()"
 
 
+def test_datagram_for_a_protocol_set_to_none_is_read_and_reported(
+    loop, run, exception_handler_calls
+):
+    # asyncio reads the datagram and calls None.datagram_received: the AttributeError reaches
+    # the handler. Leaving the datagram unread would keep the socket readable and the loop
+    # busy with it at every iteration.
+    async def main():
+        transport, protocol = await loop.create_datagram_endpoint(
+            DatagramRecorder, local_addr=("127.0.0.1", 0)
+        )
+        transport.set_protocol(None)
+        address = transport.get_extra_info("sockname")
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            sender.sendto(b"lost", address)
+            cpu = time.process_time()
+            await asyncio.sleep(0.1)
+            cpu = time.process_time() - cpu
+        transport.set_protocol(protocol)
+        transport.close()
+        await protocol.lost
+        return cpu
+
+    assert run(main()) < 0.05
+    (context,) = exception_handler_calls.consume()
+    assert isinstance(context["exception"], AttributeError)
+    assert "datagram_received" in str(context["exception"])
+    assert context["message"] == "Exception in callback _SelectorDatagramTransport._read_ready()"
+
+
 def test_is_a_datagram_transport(loop, run):
     async def main():
         transport, protocol = await loop.create_datagram_endpoint(
@@ -724,6 +754,25 @@ def test_unclosed_endpoint_cycle_is_collected_with_a_warning(loop, run):
     assert [ref() for ref in refs] == [None, None]
     messages = [str(w.message) for w in caught if w.category is ResourceWarning]
     assert any(m.startswith("unclosed transport <_SelectorDatagramTransport") for m in messages)
+
+
+def test_endpoint_left_open_on_a_closed_loop_warns_once_and_closes_its_socket(loop):
+    # asyncio's __del__ warns "unclosed transport" and closes the socket itself, so the socket
+    # gives no warning of its own (with -W error a second warning is a second failure).
+    transport, _ = loop.run_until_complete(
+        loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0))
+    )
+    fd = transport.get_extra_info("socket").fileno()
+    loop.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del transport
+        gc.collect()
+    messages = [str(w.message) for w in caught if w.category is ResourceWarning]
+    assert len(messages) == 1, messages
+    assert messages[0].startswith("unclosed transport <_SelectorDatagramTransport")
+    with pytest.raises(OSError):
+        os.fstat(fd)
 
 
 def test_sendto_after_close_on_an_unconnected_endpoint(loop, run):

@@ -51,6 +51,8 @@ def test_default_write_buffer_limits(loop, run, recorder, tcp_connect):
         ({"high": 1000}, (250, 1000)),
         ({"low": 100}, (100, 400)),
         ({"high": 0}, (0, 0)),
+        # An int beyond 64 bits is kept as given, not turned into a float.
+        ({"high": 2**70 + 3}, ((2**70 + 3) // 4, 2**70 + 3)),
     ],
 )
 def test_set_write_buffer_limits(loop, run, recorder, tcp_connect, kwargs, expected):

@@ -20,10 +20,15 @@
 //!   next `sleeping = true` (or the loop sees it pending) as above.
 //! - Only the loop thread reads the queue; the mutex is held for a `Vec::push` or a swap, never
 //!   across a syscall or a call into Python.
+//! - [`Injector::close`] closes the eventfd while producers may still run. A producer counts
+//!   itself in `writing` before it checks `closed` and writes; `close` sets `closed` before it
+//!   waits for `writing` to reach zero (both `SeqCst`). So either the producer sees `closed`
+//!   and does not write, or `close` waits for its write: no write can reach a file that reused
+//!   the eventfd's number.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::waker::Waker;
@@ -46,6 +51,10 @@ pub struct Injector<T> {
     notified: AtomicBool,
     /// Loop thread only: the eventfd fired and has not been read yet (see the invariants).
     unread: AtomicBool,
+    /// Set by `close`: the eventfd is (being) closed; nobody writes it any more.
+    closed: AtomicBool,
+    /// Producers between their `closed` check and the end of their eventfd write.
+    writing: AtomicUsize,
     waker: Waker,
 }
 
@@ -57,6 +66,8 @@ impl<T> Injector<T> {
             sleeping: AtomicBool::new(false),
             notified: AtomicBool::new(false),
             unread: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            writing: AtomicUsize::new(0),
             waker: Waker::new()?,
         })
     }
@@ -76,10 +87,28 @@ impl<T> Injector<T> {
     /// thread, or by a signal).
     pub fn wake_if_sleeping(&self) -> io::Result<PushOutcome> {
         if self.sleeping.load(Ordering::SeqCst) && !self.notified.swap(true, Ordering::SeqCst) {
-            self.waker.wake()?;
+            self.writing.fetch_add(1, Ordering::SeqCst);
+            let woke = if self.closed.load(Ordering::SeqCst) {
+                Ok(())
+            } else {
+                self.waker.wake()
+            };
+            self.writing.fetch_sub(1, Ordering::SeqCst);
+            woke?;
             return Ok(PushOutcome::Woke);
         }
         Ok(PushOutcome::Queued)
+    }
+
+    /// Loop thread, once the loop is closed: closes the eventfd now (after deregistering it from
+    /// the poller), waiting for a producer that is writing it (see the invariants). Items pushed
+    /// afterwards are queued and never woken for.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        while self.writing.load(Ordering::SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
+        self.waker.close();
     }
 
     /// Loop thread, before a blocking poll: announces the sleep. Returns `false` if work is
@@ -177,6 +206,20 @@ mod tests {
         assert_eq!(inj.drain_into(&mut out), 2);
         assert_eq!(out, vec![1, 2]);
         assert_eq!(inj.drain_into(&mut out), 0);
+    }
+
+    #[test]
+    fn close_releases_the_eventfd_and_later_pushes_do_not_write() {
+        let inj = Injector::new().unwrap();
+        let fd = inj.as_raw_fd();
+        inj.close();
+        assert_eq!(inj.as_raw_fd(), -1);
+        // SAFETY: fcntl(F_GETFD) on a plain integer fd reads no memory.
+        assert_eq!(unsafe { libc::fcntl(fd, libc::F_GETFD) }, -1);
+        assert!(inj.prepare_sleep());
+        assert_eq!(inj.push(1).unwrap(), PushOutcome::Woke);
+        let mut out = Vec::new();
+        assert_eq!(inj.drain_into(&mut out), 1);
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub mod waker;
 pub use inject::{Injector, PushOutcome};
 pub use intmap::IntMap;
 pub use outq::{Flushed, OutQueue, WriteCall};
-pub use poller::{Events, Interest, Poller, Readiness};
+pub use poller::{Events, Interest, Modified, Poller, Readiness};
 pub use ready::ReadyQueue;
 pub use timers::{TimerId, Timers};
 pub use waker::Waker;

@@ -15,7 +15,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::sys::cvt;
+use crate::sys::{cvt, ReleasableFd};
 
 /// Which directions a registration waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -108,9 +108,20 @@ impl Events {
     }
 }
 
+/// What `Poller::modify` found.
+#[must_use]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Modified {
+    /// The registration now has the new interest.
+    Changed,
+    /// The kernel had dropped the registration (its fd was closed); nothing was registered.
+    Gone,
+}
+
 #[derive(Debug)]
 pub struct Poller {
-    epfd: OwnedFd,
+    /// -1 once [`Poller::close`] released it.
+    epfd: ReleasableFd,
     /// Cleared the first time `epoll_pwait2` answers ENOSYS.
     has_pwait2: AtomicBool,
 }
@@ -121,9 +132,15 @@ impl Poller {
         let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         Ok(Self {
             // SAFETY: `fd` was just returned by epoll_create1 and nothing else owns it.
-            epfd: unsafe { OwnedFd::from_raw_fd(fd) },
+            epfd: ReleasableFd::new(unsafe { OwnedFd::from_raw_fd(fd) }),
             has_pwait2: AtomicBool::new(true),
         })
+    }
+
+    /// Closes the epoll fd now; every later call fails with `EBADF`. Only the thread that
+    /// owns the poller may call it (no `wait` or `ctl` can be in progress elsewhere).
+    pub fn close(&self) {
+        self.epfd.release();
     }
 
     fn ctl(&self, op: i32, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
@@ -141,12 +158,14 @@ impl Poller {
         self.ctl(libc::EPOLL_CTL_ADD, fd, token, interest)
     }
 
-    /// Changes a registration; re-adds it if the kernel forgot it (the fd was closed and its
-    /// number reused while still in our table).
-    pub fn modify(&self, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
+    /// Changes a registration. `Modified::Gone` if the kernel no longer has it (ENOENT: the fd
+    /// was closed, which drops its registration, and the number now names another file); the
+    /// caller decides what of the old registration still applies and `add`s that.
+    pub fn modify(&self, fd: RawFd, token: u64, interest: Interest) -> io::Result<Modified> {
         match self.ctl(libc::EPOLL_CTL_MOD, fd, token, interest) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => self.add(fd, token, interest),
-            other => other,
+            Ok(()) => Ok(Modified::Changed),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Modified::Gone),
+            Err(e) => Err(e),
         }
     }
 
@@ -236,12 +255,31 @@ mod tests {
         let (tok, r) = ev.iter().next().unwrap();
         assert_eq!(tok, 7);
         assert!(r.readable && !r.writable);
-        p.modify(a.as_raw_fd(), 8, Interest::WRITE).unwrap();
+        assert_eq!(
+            p.modify(a.as_raw_fd(), 8, Interest::WRITE).unwrap(),
+            Modified::Changed
+        );
         p.wait(&mut ev, Some(Duration::ZERO)).unwrap();
         let (tok, r) = ev.iter().next().unwrap();
         assert_eq!(tok, 8);
         assert!(r.writable && !r.readable);
         p.delete(a.as_raw_fd()).unwrap();
+        assert_eq!(p.wait(&mut ev, Some(Duration::ZERO)).unwrap(), 0);
+    }
+
+    #[test]
+    fn modify_of_a_registration_the_kernel_dropped_is_gone() {
+        // Closing an fd drops its registration; its number, reused, names an unregistered file.
+        // An fd that is open but not registered is the same case to epoll (ENOENT).
+        let p = Poller::new().unwrap();
+        let (a, _b) = UnixStream::pair().unwrap();
+        p.add(a.as_raw_fd(), 1, Interest::READ).unwrap();
+        p.delete(a.as_raw_fd()).unwrap();
+        assert_eq!(
+            p.modify(a.as_raw_fd(), 1, Interest::WRITE).unwrap(),
+            Modified::Gone
+        );
+        let mut ev = Events::with_capacity(1);
         assert_eq!(p.wait(&mut ev, Some(Duration::ZERO)).unwrap(), 0);
     }
 

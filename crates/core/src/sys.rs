@@ -2,9 +2,12 @@
 //!
 //! Every syscall in the crate goes through [`cvt`]: `-1` means "look at errno", anything else is
 //! the call's result. Callers keep their own `unsafe` block (and its `SAFETY:` comment), so the
-//! reason each call is sound stays next to the call.
+//! reason each call is sound stays next to the call. [`ReleasableFd`] is the owned fd that
+//! can be closed early through a shared reference (a loop's epoll fd and eventfd at `close()`).
 
 use std::io;
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Integer results of libc calls, where `-1` signals an error in `errno`.
 pub trait IsMinusOne: Copy {
@@ -49,5 +52,40 @@ mod tests {
         let err = cvt(unsafe { libc::close(-5) }).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EBADF));
         assert_eq!(cvt(3_i32).unwrap(), 3);
+    }
+}
+
+/// An owned fd that can be closed through a shared reference, before its owner is dropped: a
+/// loop's epoll fd and eventfd are closed by `close()`, as asyncio closes its selector and
+/// self-pipe, while the loop object may live on. After [`ReleasableFd::release`] the raw fd is
+/// -1, so a later call fails with `EBADF` instead of reaching a file that reused the number.
+/// The caller guarantees that no other thread is inside a call on the fd when it releases it.
+#[derive(Debug)]
+pub struct ReleasableFd(AtomicI32);
+
+impl ReleasableFd {
+    pub fn new(fd: OwnedFd) -> Self {
+        Self(AtomicI32::new(fd.into_raw_fd()))
+    }
+
+    /// Closes the fd now (once; later calls do nothing).
+    pub fn release(&self) {
+        let fd = self.0.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            // SAFETY: `fd` came from an `OwnedFd` and the swap took it out, so it is closed once.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+impl AsRawFd for ReleasableFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for ReleasableFd {
+    fn drop(&mut self) {
+        self.release();
     }
 }

@@ -7,11 +7,12 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use crate::sys::cvt;
+use crate::sys::{cvt, ReleasableFd};
 
 #[derive(Debug)]
 pub struct Waker {
-    fd: OwnedFd,
+    /// -1 once [`Waker::close`] released it.
+    fd: ReleasableFd,
 }
 
 impl Waker {
@@ -20,7 +21,7 @@ impl Waker {
         let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
         Ok(Self {
             // SAFETY: `fd` was just returned by eventfd and nothing else owns it.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: ReleasableFd::new(unsafe { OwnedFd::from_raw_fd(fd) }),
         })
     }
 
@@ -35,6 +36,12 @@ impl Waker {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// Closes the eventfd now. The caller makes sure no `wake` or `drain` is in progress or
+    /// can start writing (see `Injector::close`); a later call fails with `EBADF`.
+    pub fn close(&self) {
+        self.fd.release();
     }
 
     /// Resets the eventfd to not readable. Returns whether it was readable.

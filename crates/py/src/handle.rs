@@ -279,11 +279,19 @@ impl Handle {
                 _ => return Ok(()),
             }
         };
-        let call = || match this.native {
-            Some(native) => native(&callback, args.single()),
-            None => args.call(&callback).map(drop),
+        let context = this.context.bind(py);
+        let result = if is_context(context) {
+            run_in_context(context, || match this.native {
+                Some(native) => native(&callback, args.single()),
+                None => args.call(&callback).map(drop),
+            })
+        } else {
+            // asyncio runs `self._context.run(self._callback, *self._args)` whatever `context=`
+            // was given: an object with a `run` method works, anything else fails there (an
+            // AttributeError for the exception handler).
+            call_context_run(context, &callback, &args)
         };
-        match run_in_context(this.context.bind(py), call) {
+        match result {
             Ok(()) => Ok(()),
             Err(e) => report_failure(slf.as_any(), &this.loop_, e),
         }
@@ -327,6 +335,30 @@ impl Handle {
         self.clear_call(py, frozen);
         Ok(())
     }
+}
+
+/// Whether `obj` is a `contextvars.Context` (a final type: no subclass can exist).
+fn is_context(obj: &Bound<'_, PyAny>) -> bool {
+    obj.get_type().as_ptr() == (&raw mut ffi::PyContext_Type).cast()
+}
+
+/// `context.run(callback, *args)` through Python, for a `context=` that is not a `Context`.
+fn call_context_run<'py>(
+    context: &Bound<'py, PyAny>,
+    callback: &Bound<'py, PyAny>,
+    args: &BoundArgs<'py>,
+) -> PyResult<()> {
+    let py = context.py();
+    let mut all = vec![callback.clone()];
+    match args {
+        BoundArgs::Empty => {}
+        BoundArgs::One(a) => all.push(a.clone()),
+        BoundArgs::Tuple(t) => all.extend(t.iter()),
+    }
+    context
+        .getattr(intern!(py, "run"))?
+        .call1(PyTuple::new(py, all)?)
+        .map(drop)
 }
 
 /// `context.run(call)` without a bound method: `PyContext_Enter`, the call, `PyContext_Exit`.
@@ -735,6 +767,9 @@ pub(crate) fn install_traverse(py: Python<'_>) {
 #[pyclass(module = "ferroloop", name = "TimerHandle", extends = Handle, frozen)]
 pub struct TimerHandle {
     when: f64,
+    /// `when` as `call_at` was given it, when that was an int (or a bool): asyncio's `when()`
+    /// hands back what it was given. An int refers to nothing, so there is nothing to traverse.
+    given_int: Option<Py<PyAny>>,
     timer_id: AtomicU64,
 }
 
@@ -744,8 +779,29 @@ impl TimerHandle {
     pub(crate) fn new(when: f64) -> Self {
         Self {
             when,
+            given_int: None,
             timer_id: AtomicU64::new(NOT_SCHEDULED),
         }
+    }
+
+    /// A timer at `when`, which `when()` reports as `given`, the int it was scheduled with.
+    pub(crate) fn with_given_int(when: f64, given: Py<PyAny>) -> Self {
+        Self {
+            given_int: Some(given),
+            ..Self::new(when)
+        }
+    }
+
+    /// The deadline on the loop clock, as a float.
+    pub(crate) fn deadline(&self) -> f64 {
+        self.when
+    }
+
+    fn when_object(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match &self.given_int {
+            Some(given) => given.clone_ref(py),
+            None => self.when.into_pyobject(py)?.into_any().unbind(),
+        })
     }
 
     pub(crate) fn set_timer_id(&self, bits: u64) {
@@ -759,13 +815,13 @@ impl TimerHandle {
 
 #[pymethods]
 impl TimerHandle {
-    fn when(&self) -> f64 {
-        self.when
+    fn when(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.when_object(py)
     }
 
     #[getter]
-    fn _when(&self) -> f64 {
-        self.when
+    fn _when(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.when_object(py)
     }
 
     #[getter]

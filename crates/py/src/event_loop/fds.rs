@@ -11,14 +11,15 @@
 
 use std::os::fd::RawFd;
 
-use ferroloop_core::Interest;
-use pyo3::exceptions::PyValueError;
+use ferroloop_core::{Interest, Modified};
+use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyTuple};
 
 use super::{closed_error, LoopCore};
 use crate::handle::{CallArgs, Handle};
+use crate::sock_ops::os_error;
 
 /// One registered fd. `fileobj` is the object first registered for it (as a selector key
 /// keeps it), so the registration can still be found by that object after it was closed.
@@ -37,10 +38,12 @@ impl FdEntry {
     }
 }
 
-/// asyncio's `selectors._fileobj_to_fd`: an int, or an object with `fileno()`.
+/// asyncio's `selectors._fileobj_to_fd`: an int, or an object with `fileno()`. A negative
+/// number is a `ValueError`; one above the C `int` range an `OverflowError`, which asyncio
+/// gets from `epoll.register` (`remove_*` answer `False` for it: it cannot be registered).
 pub(super) fn fileobj_to_fd(obj: &Bound<'_, PyAny>) -> PyResult<RawFd> {
-    let fd: i64 = if obj.is_instance_of::<PyInt>() {
-        obj.extract()?
+    let n = if obj.is_instance_of::<PyInt>() {
+        obj.clone()
     } else {
         let invalid = || {
             let shown = obj.repr().map_or_else(|_| "?".into(), |r| r.to_string());
@@ -49,14 +52,18 @@ pub(super) fn fileobj_to_fd(obj: &Bound<'_, PyAny>) -> PyResult<RawFd> {
         let n = obj
             .call_method0(intern!(obj.py(), "fileno"))
             .map_err(|_| invalid())?;
-        n.extract().map_err(|_| invalid())?
+        if !n.is_instance_of::<PyInt>() {
+            return Err(invalid());
+        }
+        n
     };
-    match i32::try_from(fd) {
-        Ok(fd) if fd >= 0 => Ok(fd),
-        _ => Err(PyValueError::new_err(format!(
-            "Invalid file descriptor: {fd}"
-        ))),
+    if n.lt(0)? {
+        return Err(PyValueError::new_err(format!(
+            "Invalid file descriptor: {n}"
+        )));
     }
+    n.extract::<RawFd>()
+        .map_err(|_| PyOverflowError::new_err("Python int too large to convert to C int"))
 }
 
 impl LoopCore {
@@ -93,19 +100,18 @@ impl LoopCore {
             return Err(closed_error());
         }
         let debug = this.flags.debug();
-        let method = if write { "add_writer" } else { "add_reader" };
         let handle = Py::new(
             py,
             Self::make_handle(
                 slf,
-                method,
+                None,
                 callback,
                 CallArgs::from_tuple(args)?,
                 None,
                 debug,
             )?,
         )?;
-        let old = {
+        let (old, stale) = {
             let mut st = this.state.borrow(py)?;
             let existed = st.fds.contains_key(&fd);
             let entry = st.fds.entry(fd).or_insert_with(|| FdEntry {
@@ -120,8 +126,24 @@ impl LoopCore {
             };
             let old = slot.replace(handle.clone_ref(py));
             let interest = entry.interest();
+            let mut stale = None;
             let res = if existed {
-                this.shared.poller.modify(fd, fd as u64, interest)
+                match this.shared.poller.modify(fd, fd as u64, interest) {
+                    Ok(Modified::Changed) => Ok(()),
+                    Ok(Modified::Gone) => {
+                        // The fd was closed while registered and its number reused: the entry's
+                        // other direction belongs to the closed file and must not follow the new
+                        // one (its callback would run for this file's readiness).
+                        stale = if write {
+                            entry.reader.take()
+                        } else {
+                            entry.writer.take()
+                        };
+                        entry.fileobj = fileobj.clone().unbind();
+                        this.shared.poller.add(fd, fd as u64, entry.interest())
+                    }
+                    Err(e) => Err(e),
+                }
             } else {
                 this.shared.poller.add(fd, fd as u64, interest)
             };
@@ -134,16 +156,17 @@ impl LoopCore {
                     &mut entry.reader
                 };
                 let ours = std::mem::replace(slot, old);
-                if !existed {
+                if !existed || stale.is_some() {
                     st.fds.remove(&fd);
                 }
                 drop(st);
                 drop(ours);
-                return Err(e.into());
+                drop(stale);
+                return Err(os_error(py, &e));
             }
-            old
+            (old, stale)
         };
-        if let Some(old) = old {
+        for old in [old, stale].into_iter().flatten() {
             Handle::cancel(old.bind(py))?;
         }
         Ok(handle)
@@ -178,10 +201,11 @@ impl LoopCore {
         if this.flags.closed() {
             return Ok(false);
         }
-        let old = {
+        let (old, stale) = {
             let mut st = this.state.borrow(py)?;
             let fd = match fileobj_to_fd(fd) {
                 Ok(n) => n,
+                Err(e) if e.is_instance_of::<PyOverflowError>(py) => return Ok(false),
                 // A closed socket says fileno() == -1: find its registration by identity, as
                 // `selectors` does, so it can still be removed.
                 Err(e) => match st.fds.iter().find(|(_, en)| en.fileobj.bind(py).is(fd)) {
@@ -201,16 +225,33 @@ impl LoopCore {
                 return Ok(false);
             }
             let interest = entry.interest();
+            let mut stale = None;
             if interest.is_empty() {
                 st.fds.remove(&fd);
-                this.shared.poller.delete(fd)?;
-            } else {
-                this.shared.poller.modify(fd, fd as u64, interest)?;
+                this.shared
+                    .poller
+                    .delete(fd)
+                    .map_err(|e| os_error(py, &e))?;
+            } else if this
+                .shared
+                .poller
+                .modify(fd, fd as u64, interest)
+                .map_err(|e| os_error(py, &e))?
+                == Modified::Gone
+            {
+                // The fd was closed while registered and its number reused: what is left of the
+                // entry belongs to the closed file; it must not be registered for the new one.
+                stale = st.fds.remove(&fd);
             }
-            old
+            (old, stale)
         };
         if let Some(old) = old {
             Handle::cancel(old.bind(py))?;
+        }
+        if let Some(entry) = stale {
+            for h in [entry.reader, entry.writer].into_iter().flatten() {
+                Handle::cancel(h.bind(py))?;
+            }
         }
         Ok(true)
     }

@@ -18,6 +18,7 @@ use pyo3::prelude::*;
 
 use super::{Injected, LoopCore, State, CLOCK_RESOLUTION, WAKER_TOKEN};
 use crate::handle::{Handle, Ready, NOT_SCHEDULED};
+use crate::sock_ops::os_error;
 
 impl LoopCore {
     /// One loop iteration; see the module docs.
@@ -79,7 +80,7 @@ impl LoopCore {
         match waited {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(os_error(py, &e)),
         }
         let mut waker_fired = false;
         let mut st = self.state.borrow(py)?;

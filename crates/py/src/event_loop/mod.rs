@@ -26,7 +26,7 @@ use pyo3::ffi;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyFloat, PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
 mod fds;
@@ -242,7 +242,10 @@ impl LoopCore {
         Ok(method.call1((slf, args.0, args.1))?.unbind())
     }
 
-    /// Builds a handle for `callback(*args)` (context copied when not given).
+    /// Builds a handle for `callback(*args)` (context copied when not given). In debug mode
+    /// `checked_by` names the method whose callable check applies (`call_soon` and the timers
+    /// check, as asyncio's do); `None` for `add_reader`/`add_writer`, which in asyncio build
+    /// their `Handle` without one (a non-callable's TypeError reaches the exception handler).
     #[allow(
         clippy::inline_always,
         reason = "built in place in its caller's handle: -77 instructions per call_soon under callgrind, with new_handle's"
@@ -250,7 +253,7 @@ impl LoopCore {
     #[inline(always)]
     fn make_handle(
         slf: &Bound<'_, Self>,
-        method: &str,
+        checked_by: Option<&str>,
         callback: &Bound<'_, PyAny>,
         args: CallArgs,
         context: Option<&Bound<'_, PyAny>>,
@@ -258,7 +261,9 @@ impl LoopCore {
     ) -> PyResult<Handle> {
         let py = slf.py();
         let source_traceback = if debug {
-            slf.call_method1(intern!(py, "_debug_check_callback"), (callback, method))?;
+            if let Some(method) = checked_by {
+                slf.call_method1(intern!(py, "_debug_check_callback"), (callback, method))?;
+            }
             Some(crate::hooks::call(py, "extract_stack", ())?.unbind())
         } else {
             // As asyncio: outside debug mode a non-callable is accepted here and its TypeError
@@ -291,7 +296,7 @@ impl LoopCore {
 
     fn schedule_timer(
         slf: &Bound<'_, Self>,
-        when: f64,
+        timer: TimerHandle,
         callback: &Bound<'_, PyAny>,
         args: CallArgs,
         context: Option<&Bound<'_, PyAny>>,
@@ -306,13 +311,23 @@ impl LoopCore {
         if debug {
             Self::check_thread(this.state.borrow(py)?.thread_id)?;
         }
-        let base = Self::make_handle(slf, method, callback, args, context, debug)?;
-        let timer = crate::handle_alloc::new_timer_handle(py, base, TimerHandle::new(when))?;
+        let base = Self::make_handle(slf, Some(method), callback, args, context, debug)?;
+        let when = timer.deadline();
+        let timer = crate::handle_alloc::new_timer_handle(py, base, timer)?;
+        // A NaN `when` compares false with everything: asyncio's heap then finds it not later
+        // than the clock and runs it at the next iteration. In the heap's total order a NaN
+        // would sort after +inf and never run, so it is keyed as due at once (`when()` still
+        // says NaN).
+        let key = if when.is_nan() {
+            f64::NEG_INFINITY
+        } else {
+            when
+        };
         let id = this
             .state
             .borrow(py)?
             .timers
-            .insert(when, timer.clone_ref(py));
+            .insert(key, timer.clone_ref(py));
         timer.get().set_timer_id(id.to_bits());
         crate::handle::untrack_scheduled(&timer);
         Ok(timer)
@@ -373,7 +388,7 @@ impl LoopCore {
         }
         let handle = crate::handle_alloc::new_handle(
             py,
-            Self::make_handle(slf, "call_soon", callback, args, context, debug)?,
+            Self::make_handle(slf, Some("call_soon"), callback, args, context, debug)?,
         )?;
         // Handles other threads queued earlier go first: asyncio has one FIFO for both.
         this.drain_injector(py)?;
@@ -512,9 +527,22 @@ impl LoopCore {
         if delay.is_none() {
             return Err(PyTypeError::new_err("delay must not be None"));
         }
-        let delay: f64 = delay.extract()?;
-        let when = clock::monotonic() + delay;
-        Self::schedule_timer(slf, when, callback, args, context, "call_later")
+        let now = clock::monotonic();
+        let when = if delay.is_instance_of::<PyFloat>() || delay.is_instance_of::<PyInt>() {
+            now + delay.extract::<f64>()?
+        } else {
+            // asyncio computes `self.time() + delay`: a Fraction works, while a Decimal or an
+            // object with only `__float__` or `__index__` is a TypeError there, not a float.
+            PyFloat::new(slf.py(), now).add(delay)?.extract::<f64>()?
+        };
+        Self::schedule_timer(
+            slf,
+            TimerHandle::new(when),
+            callback,
+            args,
+            context,
+            "call_later",
+        )
     }
 
     /// `call_at`, shared by the PyO3 method and the fast-call entry (`fastcall.rs`).
@@ -528,8 +556,17 @@ impl LoopCore {
         if when.is_none() {
             return Err(PyTypeError::new_err("when cannot be None"));
         }
+        // asyncio keeps `when` as given and `when()` returns it: an int stays an int. Only an
+        // exact int or bool is kept (a subclass could carry a `__dict__` leading back here).
+        let given_int = (when.is_exact_instance_of::<PyInt>()
+            || when.is_exact_instance_of::<pyo3::types::PyBool>())
+        .then(|| when.clone().unbind());
         let when: f64 = when.extract()?;
-        Self::schedule_timer(slf, when, callback, args, context, "call_at")
+        let timer = match given_int {
+            Some(given) => TimerHandle::with_given_int(when, given),
+            None => TimerHandle::new(when),
+        };
+        Self::schedule_timer(slf, timer, callback, args, context, "call_at")
     }
 
     /// Called by `TimerHandle.cancel()`: takes the timer out of the heap at once.
@@ -608,7 +645,7 @@ impl LoopCore {
             py,
             Self::make_handle(
                 slf,
-                "call_soon_threadsafe",
+                Some("call_soon_threadsafe"),
                 callback,
                 CallArgs::from_tuple(args)?,
                 context.as_ref(),
@@ -880,9 +917,14 @@ impl LoopCore {
         self.flags.debug()
     }
 
+    /// asyncio's `set_debug(enabled)` stores whatever it is given and tests its truth later
+    /// (`set_debug(1)`, `set_debug(os.environ.get(...))`), so any object is taken by its truth.
     #[setter(_debug)]
-    fn set_attr_debug(&self, value: bool) {
-        self.flags.debug.store(value, Ordering::Relaxed);
+    fn set_attr_debug(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.flags
+            .debug
+            .store(value.is_truthy()?, Ordering::Relaxed);
+        Ok(())
     }
 
     #[getter(_task_factory)]
@@ -957,6 +999,12 @@ impl LoopCore {
         let mut rest = Vec::new();
         self.shared.injector.drain_into(&mut rest);
         drop(rest);
+        // The epoll fd and the eventfd go now, as asyncio's close() closes its selector and
+        // self-pipe: a closed loop that stays referenced holds no fd. Nothing polls or
+        // registers on a closed loop (every path checks `closed` first).
+        let _ = self.shared.poller.delete(self.shared.injector.as_raw_fd());
+        self.shared.injector.close();
+        self.shared.poller.close();
         let bound = self.bound_call_soon.borrow(py)?.take();
         drop(bound);
         Ok(())

@@ -45,7 +45,7 @@ use pyo3::PyTraverseError;
 
 use super::read::with_read_buf;
 use super::read::MAX_READ;
-use super::shared::{OwnObjects, SharedState};
+use super::shared::{get_object, OwnObjects, SharedState};
 use super::sockaddr::{HostCache, SockAddr};
 use super::write::{warn_write_after_lost, Data, LOG_THRESHOLD_FOR_CONNLOST_WRITES};
 use super::Attached;
@@ -80,7 +80,11 @@ impl OwnObjects for DatagramState {
     type Taken = (Option<Py<PyAny>>, Option<Py<PyAny>>, VecDeque<Queued>);
 
     fn traverse_own(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.sock)?;
+        // `sock` is not visited: it is an exact `socket.socket` (`native_capable`), whose
+        // instances have no `__dict__` and so cannot lead back here. Visited, it joined the
+        // transport's garbage cycle, and the collector could finalize it before the
+        // transport's `__del__`: an extra "unclosed <socket.socket ...>" ResourceWarning that
+        // asyncio does not give (its `__del__` warns for the transport and closes the socket).
         visit.call(&self.address)?;
         for q in &self.queue {
             visit.call(&q.addr)?;
@@ -260,10 +264,10 @@ impl DatagramCore {
             if st.shared.conn_lost > 0 || st.shared.closing || st.sock.is_none() {
                 return Ok(false);
             }
-            match st.shared.protocol.as_ref() {
-                Some(p) => p.clone_ref(py),
-                None => return Ok(false),
-            }
+            // A protocol set to None is called all the same, as asyncio does: the datagram is
+            // read and the AttributeError reaches the exception handler. Not reading it would
+            // leave the socket readable and the loop spinning on it.
+            get_object(py, st.shared.protocol.as_ref()).unwrap_or_else(|| py.None())
         };
         let fd = self.fd;
         let mut from = SockAddr::empty();

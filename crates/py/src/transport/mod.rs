@@ -74,34 +74,44 @@ use crate::event_loop::LoopCore;
 const DEFAULT_HIGH_WATER: usize = 64 * 1024;
 
 /// A write-buffer limit as asyncio stores it: an int, or whatever number the caller passed to
-/// `set_write_buffer_limits` (a float works there). For a byte count `n`, `n > limit` exactly
-/// when `n > floor(limit)`, so the hot path compares integers.
-#[derive(Clone, Copy)]
+/// `set_write_buffer_limits` (a float works there, and so does an int beyond `usize`), handed
+/// back as given. For a byte count `n`, `n > limit` exactly when `n > floor(limit)` (saturated
+/// to `usize`), so the hot path compares integers.
 pub(crate) struct Limit {
     pub(crate) bytes: usize,
-    float: Option<f64>,
+    /// The object as given, when `bytes` alone cannot say it (not an int that fits `usize`).
+    given: Option<Py<PyAny>>,
 }
 
 impl Limit {
     const fn bytes(bytes: usize) -> Self {
-        Self { bytes, float: None }
+        Self { bytes, given: None }
     }
 
     fn from_python(value: &Bound<'_, PyAny>) -> PyResult<Self> {
         if let Ok(bytes) = value.extract::<usize>() {
             return Ok(Self::bytes(bytes));
         }
-        let float: f64 = value.extract()?;
-        // Saturating: negative limits are refused by asyncio before they get here.
+        let bytes = if value.is_instance_of::<pyo3::types::PyInt>() {
+            // Beyond usize (a negative one is refused by asyncio before it gets here).
+            if value.lt(0)? {
+                0
+            } else {
+                usize::MAX
+            }
+        } else {
+            // Saturating: negative limits are refused by asyncio before they get here.
+            value.extract::<f64>()?.floor() as usize
+        };
         Ok(Self {
-            bytes: float.floor() as usize,
-            float: Some(float),
+            bytes,
+            given: Some(value.clone().unbind()),
         })
     }
 
-    fn to_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(match self.float {
-            Some(f) => f.into_pyobject(py)?.into_any().unbind(),
+    fn to_python(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match &self.given {
+            Some(given) => given.clone_ref(py),
             None => self.bytes.into_pyobject(py)?.into_any().unbind(),
         })
     }
@@ -236,6 +246,8 @@ impl OwnObjects for CoreState {
     type Taken = Option<Py<PyAny>>;
 
     fn traverse_own(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.high_water.given)?;
+        visit.call(&self.low_water.given)?;
         visit.call(&self.empty_waiter)
     }
 
@@ -414,7 +426,8 @@ core_pymethods! {
         #[setter(_high_water)]
         fn set_high_water(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
             let limit = Limit::from_python(value)?;
-            self.state.borrow(py)?.high_water = limit;
+            let old = std::mem::replace(&mut self.state.borrow(py)?.high_water, limit);
+            drop(old);
             Ok(())
         }
 
@@ -426,7 +439,8 @@ core_pymethods! {
         #[setter(_low_water)]
         fn set_low_water(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
             let limit = Limit::from_python(value)?;
-            self.state.borrow(py)?.low_water = limit;
+            let old = std::mem::replace(&mut self.state.borrow(py)?.low_water, limit);
+            drop(old);
             Ok(())
         }}
 }
