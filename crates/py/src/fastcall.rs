@@ -62,6 +62,20 @@ impl MethodDef {
             ml_doc: doc.as_ptr(),
         })
     }
+
+    /// A `METH_NOARGS` definition: `func(self, NULL)`.
+    pub(crate) const fn meth_noargs(
+        name: &'static std::ffi::CStr,
+        func: ffi::PyCFunction,
+        doc: &'static std::ffi::CStr,
+    ) -> Self {
+        Self(ffi::PyMethodDef {
+            ml_name: name.as_ptr(),
+            ml_meth: ffi::PyMethodDefPointer { PyCFunction: func },
+            ml_flags: ffi::METH_NOARGS,
+            ml_doc: doc.as_ptr(),
+        })
+    }
 }
 
 /// A built-in function made from `def`, bound to `slf` (CPython passes it back as `self`).
@@ -147,14 +161,11 @@ static CREATE_FUTURE: MethodDef = MethodDef(ffi::PyMethodDef {
     ml_doc: c"create_future()\n--\n\nCreate a Future object attached to the loop.".as_ptr(),
 });
 
-static GET_DEBUG: MethodDef = MethodDef(ffi::PyMethodDef {
-    ml_name: c"get_debug".as_ptr(),
-    ml_meth: ffi::PyMethodDefPointer {
-        PyCFunction: get_debug_fast,
-    },
-    ml_flags: ffi::METH_NOARGS,
-    ml_doc: c"get_debug()\n--\n\nWhether the loop is in debug mode.".as_ptr(),
-});
+static GET_DEBUG: MethodDef = MethodDef::meth_noargs(
+    c"get_debug",
+    get_debug_fast,
+    c"get_debug()\n--\n\nWhether the loop is in debug mode.",
+);
 
 /// Puts the fast `call_soon`, `call_later`, `call_at`, `create_task`, `create_future` and
 /// `get_debug` on `cls` (a subclass of `LoopCore`).

@@ -13,7 +13,7 @@
 //!   loop thread changes it (on schedule, fire, cancel, close).
 //! - A `TimerHandle` in its loop's timer heap is not tracked by the garbage collector
 //!   (`untrack_scheduled`, called when it goes in); it is tracked again when it comes out
-//!   (`track_unscheduled`: fired, cancelled, or the heap drained). Meanwhile the loop's
+//!   (`unscheduled`: fired, cancelled, or the heap drained). Meanwhile the loop's
 //!   traversal visits what the handle references in its place (`visit_scheduled`), so cycles
 //!   through an unreachable loop and its pending timers are still found. The collector's passes
 //!   over a large heap of pending timers (one per `call_later`, every timeout) cost that much
@@ -665,8 +665,10 @@ pub(crate) fn untrack_scheduled(timer: &Py<TimerHandle>) {
     }
 }
 
-/// Tracks a timer handle again once it left its loop's heap (fired, cancelled, drained).
-pub(crate) fn track_unscheduled(timer: &Py<TimerHandle>) {
+/// A timer handle that left its loop's heap (fired, cancelled, drained): marked not scheduled,
+/// and tracked by the collector again (see the module invariants).
+pub(crate) fn unscheduled(timer: &Py<TimerHandle>) {
+    timer.get().set_timer_id(NOT_SCHEDULED);
     let obj = timer.as_ptr();
     // SAFETY: the caller holds the GIL; `obj` is a live, fully initialised object of a GC type,
     // and `PyObject_GC_Track` is called only when it is not tracked (tracking twice aborts).

@@ -232,14 +232,11 @@ static STEP: MethodDef = MethodDef(ffi::PyMethodDef {
     ml_doc: c"A step of a ferroloop Task (what the loop runs).".as_ptr(),
 });
 
-static WAKEUP: MethodDef = MethodDef(ffi::PyMethodDef {
-    ml_name: c"task_wakeup".as_ptr(),
-    ml_meth: ffi::PyMethodDefPointer {
-        PyCFunction: task_wakeup_entry,
-    },
-    ml_flags: ffi::METH_O,
-    ml_doc: c"Resumes a ferroloop Task once the future it awaits is done.".as_ptr(),
-});
+static WAKEUP: MethodDef = MethodDef::meth_o(
+    c"task_wakeup",
+    task_wakeup_entry,
+    c"Resumes a ferroloop Task once the future it awaits is done.",
+);
 
 /// Whether `callback` is a ferroloop Task's wake-up (a built-in made from `WAKEUP`).
 pub(crate) fn is_native_wakeup(callback: &Bound<'_, PyAny>) -> bool {

@@ -71,21 +71,17 @@ impl TaskRegistry {
     }
 }
 
-static ADD: MethodDef = MethodDef(ffi::PyMethodDef {
-    ml_name: c"add".as_ptr(),
-    ml_meth: ffi::PyMethodDefPointer { PyCFunction: add },
-    ml_flags: ffi::METH_O,
-    ml_doc: c"add(item)\n--\n\nAdd a weak reference to item (WeakSet.add, native).".as_ptr(),
-});
+static ADD: MethodDef = MethodDef::meth_o(
+    c"add",
+    add,
+    c"add(item)\n--\n\nAdd a weak reference to item (WeakSet.add, native).",
+);
 
-static REMOVE: MethodDef = MethodDef(ffi::PyMethodDef {
-    ml_name: c"_remove".as_ptr(),
-    ml_meth: ffi::PyMethodDefPointer {
-        PyCFunction: remove,
-    },
-    ml_flags: ffi::METH_O,
-    ml_doc: c"_remove(ref)\n--\n\nDrop a dead weak reference (WeakSet._remove, native).".as_ptr(),
-});
+static REMOVE: MethodDef = MethodDef::meth_o(
+    c"_remove",
+    remove,
+    c"_remove(ref)\n--\n\nDrop a dead weak reference (WeakSet._remove, native).",
+);
 
 /// The installed registry's state, for `register` (one per interpreter, like the registry).
 static INSTALLED: pyo3::sync::PyOnceLock<Py<TaskRegistry>> = pyo3::sync::PyOnceLock::new();

@@ -17,7 +17,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::{Injected, LoopCore, State, CLOCK_RESOLUTION, WAKER_TOKEN};
-use crate::handle::{Handle, Ready, NOT_SCHEDULED};
+use crate::handle::{Handle, Ready};
 use crate::sock_ops::os_error;
 
 impl LoopCore {
@@ -111,8 +111,7 @@ impl LoopCore {
         let mut st = self.state.borrow(py)?;
         let State { ready, timers, .. } = &mut *st;
         while let Some(t) = timers.pop_before(end) {
-            t.get().set_timer_id(NOT_SCHEDULED);
-            crate::handle::track_unscheduled(&t);
+            crate::handle::unscheduled(&t);
             ready.push(t.into_bound(py).into_super().unbind().into());
         }
         Ok(())

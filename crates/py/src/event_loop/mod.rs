@@ -580,7 +580,7 @@ impl LoopCore {
             .timers
             .remove(TimerId::from_bits(bits));
         if let Some(timer) = &removed {
-            crate::handle::track_unscheduled(timer);
+            crate::handle::unscheduled(timer);
         }
         drop(removed);
         Ok(())
@@ -992,8 +992,7 @@ impl LoopCore {
             (st.ready.drain(), st.timers.drain(), fds)
         };
         for t in &timers {
-            t.get().set_timer_id(NOT_SCHEDULED);
-            crate::handle::track_unscheduled(t);
+            crate::handle::unscheduled(t);
         }
         drop((ready, timers, fds));
         let mut rest = Vec::new();
@@ -1082,8 +1081,7 @@ impl LoopCore {
         });
         if let Some((_, timers, _)) = &taken {
             for t in timers {
-                t.get().set_timer_id(NOT_SCHEDULED);
-                crate::handle::track_unscheduled(t);
+                crate::handle::unscheduled(t);
             }
         }
         drop(taken);

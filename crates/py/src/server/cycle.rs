@@ -116,22 +116,16 @@ pub fn install_ready_am_send(py: Python<'_>) {
     }
 }
 
-static RECEIVE: MethodDef = MethodDef(ffi::PyMethodDef {
-    ml_name: c"receive".as_ptr(),
-    ml_meth: ffi::PyMethodDefPointer {
-        PyCFunction: cycle_receive,
-    },
-    ml_flags: ffi::METH_NOARGS,
-    ml_doc: c"receive()\n--\n\nASGI receive(): an awaitable of the next message.".as_ptr(),
-});
-static SEND: MethodDef = MethodDef(ffi::PyMethodDef {
-    ml_name: c"send".as_ptr(),
-    ml_meth: ffi::PyMethodDefPointer {
-        PyCFunction: cycle_send,
-    },
-    ml_flags: ffi::METH_O,
-    ml_doc: c"send(message, /)\n--\n\nASGI send(message).".as_ptr(),
-});
+static RECEIVE: MethodDef = MethodDef::meth_noargs(
+    c"receive",
+    cycle_receive,
+    c"receive()\n--\n\nASGI receive(): an awaitable of the next message.",
+);
+static SEND: MethodDef = MethodDef::meth_o(
+    c"send",
+    cycle_send,
+    c"send(message, /)\n--\n\nASGI send(message).",
+);
 
 /// The app's `receive` and `send`: built-in methods bound to `cycle`.
 pub(super) fn bound_methods<'py>(

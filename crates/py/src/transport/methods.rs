@@ -46,14 +46,11 @@ static WRITE: MethodDef = MethodDef::meth_o(
     c"write(data)\n--\n\nWrite some data bytes to the transport (the native core's write).",
 );
 
-static IS_CLOSING: MethodDef = MethodDef(ffi::PyMethodDef {
-    ml_name: c"is_closing".as_ptr(),
-    ml_meth: ffi::PyMethodDefPointer {
-        PyCFunction: transport_is_closing,
-    },
-    ml_flags: ffi::METH_NOARGS,
-    ml_doc: c"is_closing()\n--\n\nReturn True if the transport is closing or closed.".as_ptr(),
-});
+static IS_CLOSING: MethodDef = MethodDef::meth_noargs(
+    c"is_closing",
+    transport_is_closing,
+    c"is_closing()\n--\n\nReturn True if the transport is closing or closed.",
+);
 
 /// The address of `WRITE`: a bound `transport.write` built from it has the transport as `self`.
 pub(super) fn write_def() -> usize {
