@@ -153,3 +153,29 @@ def test_no_asgi_messages_are_logged_below_trace_level(serve, connect):
     assert connect(server).request("GET", path).status == 200
     output = server.wait_for_output(path)  # the access log line
     assert " ASGI [" not in output
+
+
+def test_trace_log_level_logs_connections_made_and_lost(serve, connect):
+    server = serve("raw_asgi:app", "--log-level", "trace")
+    connection = connect(server)
+    assert connection.request("GET", "/scope/one").status == 200
+    assert connection.request("GET", "/scope/two").status == 200
+    port = connection.sock.getsockname()[1]
+    made = f"127.0.0.1:{port} - HTTP connection made"
+    lost = f"127.0.0.1:{port} - HTTP connection lost"
+    assert lost not in server.wait_for_output(made), "logged as lost while still open"
+    connection.close()
+    text = server.wait_for_output(lost)
+    # One of each for the connection, whatever requests it carried; made comes first.
+    assert text.count(made) == 1 and text.count(lost) == 1
+    assert text.index(made) < text.index(lost)
+    assert any(line.startswith("TRACE:") and made in line for line in text.splitlines())
+
+
+def test_connections_are_not_logged_below_trace_level(serve, connect):
+    server = serve("raw_asgi:app", "--log-level", "debug")
+    connection = connect(server)
+    path = f"/scope/{uuid.uuid4().hex}"
+    assert connection.request("GET", path).status == 200
+    connection.close()
+    assert "HTTP connection" not in server.wait_for_output(path)  # the access log line

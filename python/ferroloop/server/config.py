@@ -331,6 +331,9 @@ class Config:
             "headers": self.encoded_headers,
             "reset_contextvars": self.reset_contextvars,
             "native_tasks": self.app_task == "native",
+            "trace_connections": (
+                message_logger.trace_connection if message_logger.wanted() else None
+            ),
         }
 
 

@@ -11,8 +11,14 @@ Bodies, texts and header lists are replaced by a placeholder (``<N bytes>``, ``<
 never holds request or response content. The number counts the app calls of this process.
 
 The app is wrapped only when the server's logger is at trace level when the app is loaded
-(``Config.load``), so at any other level nothing is added to a request's path. uvicorn also logs
-connections made and lost at this level; the native server does not (yet).
+(``Config.load``), so at any other level nothing is added to a request's path.
+
+At the same level the server logs each connection, on ``ferroloop.error`` as uvicorn does on
+``uvicorn.error``: the native server calls ``trace_connection`` when it accepts a connection and
+when it closes one (``HttpServer(trace_connections=...)``, set only at trace level)::
+
+    TRACE:    127.0.0.1:51234 - HTTP connection made
+    TRACE:    127.0.0.1:51234 - HTTP connection lost
 """
 
 from __future__ import annotations
@@ -79,3 +85,12 @@ class MessageLoggerMiddleware:
 def wanted() -> bool:
     """Whether the server's logger lets trace records through (``--log-level trace``)."""
     return logging.getLogger("ferroloop.error").isEnabledFor(TRACE_LOG_LEVEL)
+
+
+def trace_connection(client: Any, made: bool) -> None:
+    """Logs a connection accepted (``made``) or closed, with uvicorn's wording; ``client`` is the
+    scope's ``(host, port)``, or None on a Unix socket."""
+    prefix = f"{client[0]}:{client[1]} - " if client else ""
+    logging.getLogger("ferroloop.error").log(
+        TRACE_LOG_LEVEL, "%sHTTP connection %s", prefix, "made" if made else "lost"
+    )

@@ -704,6 +704,7 @@ impl Conn {
         drop(unsafe { OwnedFd::from_raw_fd(this.fd) });
         let server = this.server.bind(py).get();
         drop(server.conn_closed(py, this.fd));
+        server.trace_connection(py, this.client.clone_ref(py), false);
         for (fut, is_receive) in waiters {
             let value = if is_receive {
                 scope::disconnect_message(py)?.into_any().unbind()

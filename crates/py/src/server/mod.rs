@@ -95,6 +95,9 @@ pub struct HttpServer {
     plain_app: Option<Py<PyAny>>,
     access_log: Option<Py<PyAny>>,
     log_error: Option<Py<PyAny>>,
+    /// `--log-level trace`: called as `trace_connections(client, True)` when a connection is
+    /// accepted and `(client, False)` when it closes (uvicorn's "HTTP connection made/lost").
+    trace_connections: Option<Py<PyAny>>,
     /// The context the server was made in: every app task runs in a fresh copy of it, so a
     /// context variable set by one request is never seen by the next one on the connection
     /// (whose task may be started from inside the previous one's, as with pipelining).
@@ -128,7 +131,8 @@ impl HttpServer {
         limit_concurrency=None, timeout_keep_alive=5.0, timeout_header=10.0,
         limit_header_size=65536, limit_headers=100, limit_uri=8192, limit_body=None,
         server_header=true, date_header=true, headers=Vec::new(), reset_contextvars=false,
-        access_log=None, log_error=None, plain_app=None, native_tasks=true))]
+        access_log=None, log_error=None, plain_app=None, native_tasks=true,
+        trace_connections=None))]
     #[allow(clippy::too_many_arguments)]
     #[allow(
         clippy::fn_params_excessive_bools,
@@ -157,6 +161,7 @@ impl HttpServer {
         log_error: Option<Py<PyAny>>,
         plain_app: Option<Py<PyAny>>,
         native_tasks: bool,
+        trace_connections: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let loop_ = r#loop.cast::<LoopCore>().map_err(|_| {
             PyTypeError::new_err("HttpServer needs a ferroloop loop (ferroloop.new_event_loop())")
@@ -195,6 +200,7 @@ impl HttpServer {
             plain_app,
             access_log,
             log_error,
+            trace_connections,
             base,
             opts: Options {
                 limits: Limits {
@@ -254,7 +260,14 @@ impl HttpServer {
                 Ok(Some((fd, client))) => {
                     let client = client.into_py(py)?;
                     let conn = Conn::open(slf, fd, client)?;
+                    let client = this
+                        .trace_connections
+                        .as_ref()
+                        .map(|_| conn.get().client.clone_ref(py));
                     this.state.borrow(py)?.conns.insert(fd, conn);
+                    if let Some(client) = client {
+                        this.trace_connection(py, client, true);
+                    }
                 }
                 Ok(None) => return Ok(()),
                 // Out of fds or memory: the waiting connection stays in the backlog and the
@@ -396,6 +409,7 @@ impl HttpServer {
         visit.call(&self.plain_app)?;
         visit.call(&self.access_log)?;
         visit.call(&self.log_error)?;
+        visit.call(&self.trace_connections)?;
         visit.call(&self.context)?;
         self.base.visit(&visit)?;
         if let Some(st) = self.state.try_borrow_for_gc() {
@@ -565,6 +579,16 @@ impl HttpServer {
 
     /// Logs through the Python side's `log_error(message, exc)`, or to `ferroloop.error`
     /// without one.
+    /// Reports a connection accepted (`made`) or closed to `trace_connections`, if set; what
+    /// it raises is reported as unraisable, never to the connection.
+    pub(crate) fn trace_connection(&self, py: Python<'_>, client: Py<PyAny>, made: bool) {
+        if let Some(f) = &self.trace_connections {
+            if let Err(e) = f.bind(py).call1((client, made)) {
+                e.write_unraisable(py, Some(f.bind(py)));
+            }
+        }
+    }
+
     pub(crate) fn log(&self, py: Python<'_>, message: &str, exc: Option<&Bound<'_, PyAny>>) {
         let exc_obj = exc.map_or_else(|| py.None().into_bound(py), Clone::clone);
         let result = match &self.log_error {
