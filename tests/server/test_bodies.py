@@ -14,7 +14,8 @@ def server(serve):
     return serve("raw_asgi:app")
 
 
-@pytest.mark.parametrize("size", [0, 1, 1000, 300_000])
+# 2047-2049: around the size up to which a body is copied behind the head (one buffer, one send).
+@pytest.mark.parametrize("size", [0, 1, 1000, 2047, 2048, 2049, 300_000])
 def test_content_length_body_is_echoed(server, connect, size):
     body = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
     connection = connect(server)
@@ -25,6 +26,24 @@ def test_content_length_body_is_echoed(server, connect, size):
     assert response.body == body
     # The connection stays usable: the body was consumed exactly.
     assert connection.request("GET", "/hello").body == b"hello, world"
+
+
+def test_pipelined_content_length_responses_of_mixed_sizes_arrive_in_order(
+    server, connect, request_bytes
+):
+    # Small bodies are copied behind their heads, larger ones sent from the app's buffer; with
+    # pipelining the responses queue behind each other, and none may overtake another.
+    sizes = [5, 2048, 3000, 1, 70_000, 2049, 0, 12]
+    bodies = [bytes([i + 1]) * size for i, size in enumerate(sizes)]
+    connection = connect(server)
+    connection.send(
+        b"".join(
+            request_bytes("POST", "/echo", [("Content-Length", str(len(b)))], b) for b in bodies
+        )
+    )
+    for body in bodies:
+        response = connection.read_response("POST")
+        assert (response.status, response.body) == (200, body)
 
 
 def chunked(*parts: bytes) -> bytes:

@@ -53,6 +53,10 @@ pub(super) const READ_CHUNK: usize = 64 * 1024;
 /// Chunked bodies up to this size are copied into the write queue with their framing; larger
 /// ones are written from the app's buffer.
 pub(super) const COPY_MAX: usize = 16 * 1024;
+/// A `Content-Length` body part up to this size is copied behind the head in the write queue,
+/// so head and body leave in one `send` instead of a two-buffer `sendmsg` (about 300 ns less
+/// kernel time per response on loopback; copying 2 KiB costs well under that).
+pub(super) const SMALL_BODY_COPY: usize = 2 * 1024;
 /// How long a lingering close waits for the peer.
 pub(super) const LINGER: f64 = 2.0;
 

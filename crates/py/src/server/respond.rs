@@ -16,7 +16,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use super::conn::{
     flush_now, ready_none, start_closing, Conn, ConnState, Effects, Phase, Request, Response,
-    COPY_MAX, WRITE_HIGH,
+    COPY_MAX, SMALL_BODY_COPY, WRITE_HIGH,
 };
 use super::scope;
 use super::HttpServer;
@@ -144,6 +144,9 @@ impl Conn {
                         st.out.with_tail(|b| write_chunk_size(b, data.len()));
                         extra = data;
                         after = b"\r\n";
+                    } else if data.len() <= SMALL_BODY_COPY && !st.out.is_empty() {
+                        // Behind the head (or other queued bytes): one buffer, one `send`.
+                        st.out.with_tail(|b| b.extend_from_slice(data));
                     } else {
                         extra = data;
                     }
