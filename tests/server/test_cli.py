@@ -179,3 +179,20 @@ def test_connections_are_not_logged_below_trace_level(serve, connect):
     assert connection.request("GET", path).status == 200
     connection.close()
     assert "HTTP connection" not in server.wait_for_output(path)  # the access log line
+
+
+def test_trace_connection_lines_on_a_unix_socket_have_no_client_prefix(
+    spawn_server, connect, tmp_path
+):
+    server = spawn_server(
+        "raw_asgi:app", "--uds", str(tmp_path / "server.sock"), "--log-level", "trace"
+    )
+    connection = connect(server)
+    assert connection.request("GET", "/hello").body == b"hello, world"
+    connection.close()
+    text = server.wait_for_output("HTTP connection lost")
+    lines = [line for line in text.splitlines() if "HTTP connection" in line]
+    # The harness's readiness probe is a connection too, whose lines may interleave with these.
+    messages = {line.split(None, 1)[1] for line in lines}
+    assert messages == {"HTTP connection made", "HTTP connection lost"}
+    assert all(line.startswith("TRACE:") for line in lines)

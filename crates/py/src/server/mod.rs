@@ -577,8 +577,6 @@ impl HttpServer {
         }
     }
 
-    /// Logs through the Python side's `log_error(message, exc)`, or to `ferroloop.error`
-    /// without one.
     /// Reports a connection accepted (`made`) or closed to `trace_connections`, if set; what
     /// it raises is reported as unraisable, never to the connection.
     pub(crate) fn trace_connection(&self, py: Python<'_>, client: Py<PyAny>, made: bool) {
@@ -589,6 +587,8 @@ impl HttpServer {
         }
     }
 
+    /// Logs through the Python side's `log_error(message, exc)`, or to `ferroloop.error`
+    /// without one.
     pub(crate) fn log(&self, py: Python<'_>, message: &str, exc: Option<&Bound<'_, PyAny>>) {
         let exc_obj = exc.map_or_else(|| py.None().into_bound(py), Clone::clone);
         let result = match &self.log_error {
