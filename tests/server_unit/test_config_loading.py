@@ -284,6 +284,22 @@ def test_bad_options_are_rejected_with_the_option_name(kwargs, message):
         config("m:app", **kwargs)
 
 
+def test_connection_tracing_is_passed_only_at_trace_level():
+    from ferroloop.server import message_logger
+    from ferroloop.server.logging_config import TRACE_LOG_LEVEL
+
+    logger = logging.getLogger("ferroloop.error")
+    level = logger.level
+    try:
+        logger.setLevel(logging.DEBUG)
+        assert config("m:app").http_server_options()["trace_connections"] is None
+        logger.setLevel(TRACE_LOG_LEVEL)
+        traced = config("m:app").http_server_options()["trace_connections"]
+        assert traced is message_logger.trace_connection
+    finally:
+        logger.setLevel(level)
+
+
 def test_uvicorn_only_options_warn(caplog):
     config("m:app", loop="uvloop", http="httptools")
     assert "loop='uvloop' is a uvicorn option that ferroloop ignores" in caplog.text
@@ -313,6 +329,7 @@ def test_http_server_options():
         "headers": [],
         "reset_contextvars": False,
         "native_tasks": True,
+        "trace_connections": None,  # set only at trace level
     }
     cfg = config(
         "m:app",
