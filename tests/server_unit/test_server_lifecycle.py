@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import signal
@@ -298,3 +299,49 @@ def test_native_class_or_a_clear_error():
     else:
         with pytest.raises(RuntimeError, match="no native HTTP server"):
             native_http_server_class()
+
+
+def test_callback_notify_is_awaited_at_start_and_every_timeout_notify(fake_http_server):
+    calls = []
+
+    async def notify():
+        calls.append(asyncio.get_running_loop().time())
+        await asyncio.sleep(0)
+
+    server = make_server(fake_http_server, callback_notify=notify, timeout_notify=0.25)
+
+    async def during(server):
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(calls) < 3 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+
+    drive(server, during)
+    assert len(calls) >= 3
+    gaps = [later - earlier for earlier, later in itertools.pairwise(calls)]
+    # Never sooner than timeout_notify (the tick is 0.1 s, so at most that much later); the
+    # tolerance is for the clock read inside the callback, after the server's own.
+    assert all(gap >= 0.24 for gap in gaps), gaps
+
+
+def test_callback_notify_that_raises_stops_the_server_with_its_error(fake_http_server):
+    async def notify():
+        raise RuntimeError("process manager gone")
+
+    server = make_server(fake_http_server, callback_notify=notify)
+    with pytest.raises(RuntimeError, match="process manager gone"):
+        drive(server)
+    (srv,) = fake_http_server.instances
+    assert "abort" in srv.calls  # the listeners and connections were still cleaned up
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"timeout_notify": 0}, "timeout_notify must be more than zero"),
+        ({"timeout_notify": -1}, "timeout_notify must be more than zero"),
+        ({"callback_notify": "not callable"}, "callback_notify must be callable"),
+    ],
+)
+def test_bad_notify_options_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Config(lifespan_app, **kwargs)

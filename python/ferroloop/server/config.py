@@ -17,6 +17,7 @@ import os
 import random
 import re
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -110,6 +111,8 @@ class Config:
         app_task: Literal["native", "asyncio"] = "native",
         *,
         timeout_worker_healthcheck: float = 5,
+        timeout_notify: float = 30,
+        callback_notify: Callable[[], Awaitable[None]] | None = None,
         headers: list[tuple[str, str]] | None = None,
         reset_contextvars: bool = False,
         h11_max_incomplete_event_size: int | None = None,
@@ -164,6 +167,8 @@ class Config:
         self.encoded_headers = _encode_headers(self.headers)
         self.reset_contextvars = reset_contextvars
         self.timeout_worker_healthcheck = timeout_worker_healthcheck
+        self.timeout_notify = timeout_notify
+        self.callback_notify = callback_notify
 
         self.loaded = False
         self.loaded_app: Any = None
@@ -240,6 +245,9 @@ class Config:
         _positive("limit_body", self.limit_body, allow_zero=True)
         _positive("reload_delay", self.reload_delay)
         _positive("timeout_worker_healthcheck", self.timeout_worker_healthcheck)
+        _positive("timeout_notify", self.timeout_notify)
+        if self.callback_notify is not None and not callable(self.callback_notify):
+            raise ValueError(f"callback_notify must be callable, not {self.callback_notify!r}")
 
     @property
     def limit_max_requests_jitter(self) -> int:

@@ -187,7 +187,19 @@ class Server:
         return sum(srv.tasks for srv in self.servers)
 
     async def main_loop(self) -> None:
-        while not self.on_tick():
+        loop = asyncio.get_running_loop()
+        last_notified: float | None = None
+        while True:
+            # uvicorn's heartbeat for process managers (gunicorn's worker): `callback_notify`
+            # at start-up and then every `timeout_notify` seconds while the server runs.
+            notify = self.config.callback_notify
+            if notify is not None and not self.should_exit:
+                now = loop.time()
+                if last_notified is None or now - last_notified > self.config.timeout_notify:
+                    last_notified = now
+                    await notify()
+            if self.on_tick():
+                return
             await asyncio.sleep(TICK)
 
     def on_tick(self) -> bool:
