@@ -20,6 +20,7 @@ Importing this module needs gunicorn; nothing else in ferroloop imports it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -91,8 +92,6 @@ class FerroloopWorker(Worker):
             sys.exit(Arbiter.WORKER_BOOT_ERROR)
 
     async def _serve(self, server: Server) -> None:
-        import asyncio
-
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGQUIT, self._quick_exit, server)
         try:
