@@ -18,6 +18,9 @@
 //!   before every poll and before `prepare_sleep`, so the eventfd is never left readable under a
 //!   poll, and `notified` is reset only after the read: a push after the reset sees the loop's
 //!   next `sleeping = true` (or the loop sees it pending) as above.
+//! - [`Injector::push_deferred`] splits a push at the write: the producer that claimed the
+//!   wake-up (`notified`) gets a [`WakeTicket`] and writes when it uses or drops it, so it can
+//!   first release the GIL; no other producer writes meanwhile, and no wake-up is lost.
 //! - Only the loop thread reads the queue; the mutex is held for a `Vec::push` or a swap, never
 //!   across a syscall or a call into Python.
 //! - [`Injector::close`] closes the eventfd while producers may still run. A producer counts
@@ -83,21 +86,46 @@ impl<T> Injector<T> {
         self.wake_if_sleeping()
     }
 
+    /// Queues `item` as [`Injector::push`] does, but when the loop sleeps the eventfd write is
+    /// left to the returned ticket, so that the caller can first let go of a lock the woken loop
+    /// will want (Python's GIL). The ticket writes when it is used or dropped, so the wake-up is
+    /// never lost; until then no other producer writes (`notified` is set).
+    pub fn push_deferred(&self, item: T) -> Option<WakeTicket<'_, T>> {
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(item);
+        self.pending.store(true, Ordering::SeqCst);
+        // `then`, not `then_some`: a ticket built and dropped would write the eventfd.
+        self.claim_wake().then(|| WakeTicket { injector: self })
+    }
+
     /// Wakes the loop if it sleeps, without queueing anything (used for `stop()` from another
     /// thread, or by a signal).
     pub fn wake_if_sleeping(&self) -> io::Result<PushOutcome> {
-        if self.sleeping.load(Ordering::SeqCst) && !self.notified.swap(true, Ordering::SeqCst) {
-            self.writing.fetch_add(1, Ordering::SeqCst);
-            let woke = if self.closed.load(Ordering::SeqCst) {
-                Ok(())
-            } else {
-                self.waker.wake()
-            };
-            self.writing.fetch_sub(1, Ordering::SeqCst);
-            woke?;
+        if self.claim_wake() {
+            self.write_eventfd()?;
             return Ok(PushOutcome::Woke);
         }
         Ok(PushOutcome::Queued)
+    }
+
+    /// Whether this producer is the one to write the eventfd: the loop sleeps and nobody has
+    /// written since it last read the eventfd back.
+    fn claim_wake(&self) -> bool {
+        self.sleeping.load(Ordering::SeqCst) && !self.notified.swap(true, Ordering::SeqCst)
+    }
+
+    /// The write of a producer that claimed the wake-up, unless the injector is closed.
+    fn write_eventfd(&self) -> io::Result<()> {
+        self.writing.fetch_add(1, Ordering::SeqCst);
+        let woke = if self.closed.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            self.waker.wake()
+        };
+        self.writing.fetch_sub(1, Ordering::SeqCst);
+        woke
     }
 
     /// Loop thread, once the loop is closed: closes the eventfd now (after deregistering it from
@@ -165,6 +193,28 @@ impl<T> Injector<T> {
     }
 }
 
+/// The eventfd write a [`Injector::push_deferred`] claimed: done by [`WakeTicket::wake`], or
+/// when the ticket is dropped (errors then ignored).
+#[must_use = "the loop sleeps until the ticket writes the eventfd"]
+pub struct WakeTicket<'a, T> {
+    injector: &'a Injector<T>,
+}
+
+impl<T> WakeTicket<'_, T> {
+    /// Writes the eventfd now.
+    pub fn wake(self) -> io::Result<()> {
+        let r = self.injector.write_eventfd();
+        std::mem::forget(self);
+        r
+    }
+}
+
+impl<T> Drop for WakeTicket<'_, T> {
+    fn drop(&mut self) {
+        let _ = self.injector.write_eventfd();
+    }
+}
+
 impl<T> Injector<T> {
     /// Calls `f` with the queued items if no producer holds the queue right now (for a garbage
     /// collector's traversal, which must not block). Returns whether `f` ran.
@@ -220,6 +270,52 @@ mod tests {
         assert_eq!(inj.push(1).unwrap(), PushOutcome::Woke);
         let mut out = Vec::new();
         assert_eq!(inj.drain_into(&mut out), 1);
+    }
+
+    /// Whether the eventfd is readable now (a zero-timeout poll).
+    fn eventfd_readable(inj: &Injector<i32>) -> bool {
+        let poller = Poller::new().unwrap();
+        poller.add(inj.as_raw_fd(), 0, Interest::READ).unwrap();
+        let mut events = Events::with_capacity(4);
+        poller.wait(&mut events, Some(Duration::ZERO)).unwrap() == 1
+    }
+
+    #[test]
+    fn deferred_push_to_an_awake_loop_gives_no_ticket_and_writes_nothing() {
+        let inj = Injector::new().unwrap();
+        assert!(inj.push_deferred(1).is_none());
+        assert!(inj.push_deferred(2).is_none());
+        assert!(!eventfd_readable(&inj));
+        let mut out = Vec::new();
+        assert_eq!(inj.drain_into(&mut out), 2);
+        assert_eq!(out, vec![1, 2]);
+    }
+
+    #[test]
+    fn deferred_push_to_a_sleeper_writes_when_the_ticket_is_used() {
+        let inj = Injector::new().unwrap();
+        assert!(inj.prepare_sleep());
+        let ticket = inj
+            .push_deferred(1)
+            .expect("the loop sleeps: this push must wake it");
+        // Queued at once, written only by the ticket; a second producer meanwhile gets none.
+        assert!(!eventfd_readable(&inj));
+        assert!(inj.push_deferred(2).is_none());
+        ticket.wake().unwrap();
+        assert!(eventfd_readable(&inj));
+        inj.woke(true);
+        let mut out = Vec::new();
+        assert_eq!(inj.drain_into(&mut out), 2);
+        inj.settle().unwrap();
+        assert!(!eventfd_readable(&inj));
+    }
+
+    #[test]
+    fn a_dropped_ticket_still_wakes_the_loop() {
+        let inj = Injector::new().unwrap();
+        assert!(inj.prepare_sleep());
+        drop(inj.push_deferred(1));
+        assert!(eventfd_readable(&inj));
     }
 
     #[test]
