@@ -14,7 +14,9 @@ The class is ``Loop(LoopCore, SocketOps, SignalOps, asyncio.BaseEventLoop)``:
 
 from __future__ import annotations
 
+import atexit
 import collections.abc
+import os
 import sys
 import threading
 from asyncio import base_events, events
@@ -22,7 +24,14 @@ from typing import Any
 
 from . import _task_registry
 from ._hooks import callback_source
-from ._native import Handle, LoopCore, SocketOperation, _install_fast_methods
+from ._native import (
+    Handle,
+    LoopCore,
+    SocketOperation,
+    _after_fork_in_child,
+    _install_fast_methods,
+    _prepare_exit,
+)
 from ._signals import SignalOps
 from ._sockets import SocketOps
 from ._transports import TransportOps
@@ -129,6 +138,14 @@ collections.abc.Coroutine.register(SocketOperation)
 
 # The hottest method gets a raw fast-call entry point (crates/py/src/fastcall.rs); same semantics.
 _install_fast_methods(Loop)
+
+# At interpreter exit, loops still running in other (daemon) threads park at their next
+# iteration, with the GIL released, before CPython finalizes: CPython ends such threads with
+# pthread_exit when they next take the GIL, which Rust frames cannot survive (crates/py/src/gil.rs).
+# Registered at import, so it runs after the exit functions registered later.
+EXIT_PARK_TIMEOUT_S = 0.5
+atexit.register(_prepare_exit, EXIT_PARK_TIMEOUT_S)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 # asyncio's task registry gets a native add (crates/py/src/task_registry.rs); same semantics.
 _task_registry.install()

@@ -24,14 +24,18 @@ __all__ = [
     "TimerHandle",
     "TlsRecords",
     "__version__",
+    "_after_fork_in_child",
     "_install_fast_methods",
     "_install_task_registry",
     "_install_transport_methods",
+    "_prepare_exit",
 ]
 DEBUG_BUILD: bool
 HANDLE_POOL: bool
 
 def _install_fast_methods(cls: type) -> None: ...
+def _prepare_exit(timeout: float) -> int: ...
+def _after_fork_in_child() -> None: ...
 def _install_task_registry(registry: object) -> None: ...
 def _install_transport_methods(cls: type) -> None: ...
 

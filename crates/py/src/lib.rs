@@ -10,6 +10,7 @@ mod cached_method;
 mod cell;
 pub mod event_loop;
 mod fastcall;
+mod gil;
 mod handle;
 mod handle_alloc;
 mod hooks;
@@ -44,6 +45,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<task::TaskAwait>()?;
     task::install_task_slots(m.py());
     m.add_function(wrap_pyfunction!(fastcall::_install_fast_methods, m)?)?;
+    m.add_function(wrap_pyfunction!(gil::_prepare_exit, m)?)?;
+    m.add_function(wrap_pyfunction!(gil::_after_fork_in_child, m)?)?;
     m.add_function(wrap_pyfunction!(task_registry::_install_task_registry, m)?)?;
     m.add_function(wrap_pyfunction!(transport::_install_transport_methods, m)?)?;
     m.add("DEBUG_BUILD", cfg!(debug_assertions))?;

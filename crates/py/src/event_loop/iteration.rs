@@ -67,7 +67,7 @@ impl LoopCore {
             shared.poller.wait(&mut events, timeout)
         } else {
             let events_ref = &mut *events;
-            py.detach(|| {
+            let waited = crate::gil::detach_idle(py, || {
                 shared.injector.settle()?;
                 let t = if shared.injector.prepare_sleep() {
                     timeout
@@ -75,7 +75,9 @@ impl LoopCore {
                     Some(Duration::ZERO)
                 };
                 shared.poller.wait(events_ref, t)
-            })
+            });
+            crate::gil::park_if_exiting(py);
+            waited
         };
         match waited {
             Ok(_) => {}

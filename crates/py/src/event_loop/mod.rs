@@ -672,7 +672,7 @@ impl LoopCore {
             // (on a shared core: a switch back here and a second wake-up). Wake latency p50
             // 13.7 -> 7.0 us in benchmarks/loop/threadsafe.py; a producer pushing a stream keeps
             // its throughput, as only the push that finds the loop asleep writes.
-            py.detach(|| ticket.wake())?;
+            crate::gil::detach(py, || ticket.wake())?;
         }
         Ok(handle)
     }
@@ -978,7 +978,9 @@ impl LoopCore {
 
     /// The loop proper; the Python `run_forever` sets up and tears down around it.
     fn _run_forever_native(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let _counted = crate::gil::LoopThread::enter(slf.py());
         loop {
+            crate::gil::park_if_exiting(slf.py());
             Self::run_once(slf)?;
             if slf.get().flags.stopping() {
                 return Ok(());
