@@ -116,3 +116,36 @@ def test_a_forked_child_does_not_wait_for_the_parents_loop_threads():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "child 0" in done.stdout.splitlines(), done.stdout
+
+
+LATE_LOOP_SCRIPT = """
+import atexit, sys, threading
+def cleanup():
+    # Registered before ferroloop is imported, so it runs after ferroloop's exit hook: a loop
+    # started now, in a thread this function joins, must run to the end, not park.
+    import asyncio
+    import ferroloop
+    async def work():
+        await asyncio.sleep(0.01)
+        return "cleanup loop finished"
+    out = []
+    t = threading.Thread(target=lambda: out.append(ferroloop.run(work())))
+    t.start()
+    t.join()
+    print(out[0], flush=True)
+atexit.register(cleanup)
+import ferroloop
+loop = ferroloop.new_event_loop()
+def again():
+    loop.call_soon(again)
+loop.call_soon(again)
+threading.Thread(target=loop.run_forever, daemon=True).start()
+"""
+
+
+def test_a_loop_started_by_an_exit_function_after_the_hook_runs_to_the_end():
+    done = subprocess.run(
+        [sys.executable, "-c", LATE_LOOP_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["cleanup loop finished"]

@@ -20,7 +20,9 @@
 //! Invariants:
 //! - A loop thread counts itself in `ACTIVE` only while it holds the GIL inside
 //!   `_run_forever_native` (not while it waits in `epoll_wait`, not once parked), so the exit
-//!   wait ends as soon as every loop is asleep or parked. The exiting thread never parks.
+//!   wait ends as soon as every loop is asleep or parked. The exiting thread never parks, and
+//!   neither does a loop started after `EXITING` was set (by exit code that may be joining its
+//!   thread); such a loop is not counted.
 //! - [`detach`] re-takes the GIL through a `C-unwind` declaration of `PyEval_RestoreThread`,
 //!   inside a frame whose guard, if that unwind happens, parks the thread for good instead of
 //!   letting it go further. That is what CPython 3.14 itself does with such threads: the
@@ -43,8 +45,11 @@ static EXITER: AtomicU64 = AtomicU64::new(0);
 static ACTIVE: AtomicIsize = AtomicIsize::new(0);
 
 thread_local! {
-    /// This thread is inside `_run_forever_native` and counted in `ACTIVE` when attached.
+    /// This thread is inside `_run_forever_native`.
     static IN_LOOP: Cell<bool> = const { Cell::new(false) };
+    /// ... and its loop started before `EXITING` was set: it is counted in `ACTIVE` while
+    /// attached, and parks when Python exits.
+    static COUNTED: Cell<bool> = const { Cell::new(false) };
 }
 
 fn this_thread() -> libc::pthread_t {
@@ -63,7 +68,14 @@ impl LoopThread {
         let outer = !IN_LOOP.with(Cell::get);
         if outer {
             IN_LOOP.with(|c| c.set(true));
+            // Counted first, then checked: a `_prepare_exit` racing this either sees the count
+            // (and this loop parks at its first check) or set `EXITING` before the check.
             ACTIVE.fetch_add(1, Ordering::SeqCst);
+            if EXITING.load(Ordering::SeqCst) {
+                ACTIVE.fetch_sub(1, Ordering::SeqCst);
+            } else {
+                COUNTED.with(|c| c.set(true));
+            }
         }
         let me = Self { outer };
         park_if_exiting(py);
@@ -74,7 +86,9 @@ impl LoopThread {
 impl Drop for LoopThread {
     fn drop(&mut self) {
         if self.outer {
-            ACTIVE.fetch_sub(1, Ordering::SeqCst);
+            if COUNTED.with(|c| c.replace(false)) {
+                ACTIVE.fetch_sub(1, Ordering::SeqCst);
+            }
             IN_LOOP.with(|c| c.set(false));
         }
     }
@@ -83,13 +97,14 @@ impl Drop for LoopThread {
 /// At the top of an iteration and after a poll (the GIL held, nothing borrowed): parks this
 /// loop thread for good if Python is exiting and this is not the exiting thread.
 pub fn park_if_exiting(py: Python<'_>) {
-    if !EXITING.load(Ordering::SeqCst) || EXITER.load(Ordering::SeqCst) == this_thread() {
+    if !EXITING.load(Ordering::SeqCst)
+        || !COUNTED.with(Cell::get)
+        || EXITER.load(Ordering::SeqCst) == this_thread()
+    {
         return;
     }
     let _ = py;
-    if IN_LOOP.with(Cell::get) {
-        ACTIVE.fetch_sub(1, Ordering::SeqCst);
-    }
+    ACTIVE.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: this thread holds the GIL (`py`); it gives it up and never takes it back.
     let _ = unsafe { ffi::PyEval_SaveThread() };
     drop(ParkForever);
@@ -99,7 +114,7 @@ pub fn park_if_exiting(py: Python<'_>) {
 /// threads the parent counted in `ACTIVE` do not exist here.
 #[pyfunction]
 pub fn _after_fork_in_child() {
-    ACTIVE.store(isize::from(IN_LOOP.with(Cell::get)), Ordering::SeqCst);
+    ACTIVE.store(isize::from(COUNTED.with(Cell::get)), Ordering::SeqCst);
     EXITING.store(false, Ordering::SeqCst);
 }
 
@@ -109,7 +124,7 @@ pub fn _after_fork_in_child() {
 pub fn _prepare_exit(py: Python<'_>, timeout: f64) -> isize {
     EXITER.store(this_thread(), Ordering::SeqCst);
     EXITING.store(true, Ordering::SeqCst);
-    let own = isize::from(IN_LOOP.with(Cell::get));
+    let own = isize::from(COUNTED.with(Cell::get));
     let deadline = Instant::now() + Duration::from_secs_f64(timeout.clamp(0.0, 60.0));
     loop {
         let others = ACTIVE.load(Ordering::SeqCst) - own;
@@ -187,7 +202,7 @@ where
     F: FnOnce() -> T + Send,
     T: Send,
 {
-    let counted = IN_LOOP.with(Cell::get);
+    let counted = COUNTED.with(Cell::get);
     if counted {
         ACTIVE.fetch_sub(1, Ordering::SeqCst);
     }
