@@ -193,3 +193,32 @@ def test_call_soon_threadsafe_while_the_loop_runs_callbacks(loop):
 
     loop.run_until_complete(main())
     assert received == list(range(total))
+
+
+def test_what_only_a_queued_threadsafe_handle_holds_survives_collections(loop):
+    # A cycle reachable only from a handle another thread queued must stay alive until the
+    # callback runs (ferroloop keeps such handles out of the collector's lists and visits what
+    # they hold through the loop: visiting it twice would make it look unreachable).
+    import gc
+    import threading
+
+    class Node:
+        pass
+
+    def queue():
+        node = Node()
+        node.self = node
+        node.payload = [1, 2, 3]
+        loop.call_soon_threadsafe(seen.append, node)
+
+    seen = []
+    t = threading.Thread(target=queue)
+    t.start()
+    t.join()
+    for _ in range(3):
+        gc.collect()
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert len(seen) == 1
+    assert seen[0].self is seen[0]
+    assert seen[0].payload == [1, 2, 3]

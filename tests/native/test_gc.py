@@ -84,3 +84,86 @@ def test_pending_timer_handles_are_out_of_the_collectors_lists():
     finally:
         loop.close()
     assert gc.is_tracked(at_close)
+
+
+class _BlockedLoop:
+    """A loop running in another thread, held inside one callback: what other threads queue
+    meanwhile waits in its injector (call_soon_threadsafe's cross-thread path). With
+    `stop_inside`, the held callback stops the loop when released, so what was queued stays in
+    the injector after run_forever returns."""
+
+    def __init__(self, loop, stop_inside=False):
+        import threading
+
+        self.loop = loop
+        self.stop_inside = stop_inside
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        loop.call_soon(self._hold)
+        self.thread = threading.Thread(target=loop.run_forever)
+        self.thread.start()
+        assert self.entered.wait(10)
+
+    def _hold(self):
+        self.entered.set()
+        self.release.wait(10)
+        if self.stop_inside:
+            self.loop.stop()
+
+    def finish(self):
+        if not self.stop_inside:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self.release.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+
+
+def test_handles_queued_from_other_threads_are_out_of_the_collectors_lists():
+    # handle.rs: a handle waiting in the loop's injector is untracked (the loop's traversal
+    # stands in for it) and tracked again when the loop drains it, or when the loop closes.
+    loop = ferroloop.new_event_loop()
+    try:
+        blocked = _BlockedLoop(loop)
+        queued = loop.call_soon_threadsafe(len, "")
+        assert not gc.is_tracked(queued)
+        assert any(r is len for r in gc.get_referents(queued))  # it still traverses
+        blocked.finish()
+        assert gc.is_tracked(queued)
+        blocked = _BlockedLoop(loop, stop_inside=True)
+        at_close = loop.call_soon_threadsafe(print)
+        blocked.finish()
+        assert not gc.is_tracked(at_close)  # still queued: the loop stopped before draining
+    finally:
+        loop.close()
+    assert gc.is_tracked(at_close)
+
+
+def test_unclosed_loop_with_a_cycle_through_a_handle_queued_from_a_thread_is_collected():
+    # loop -> injector -> handle (untracked) -> lambda -> loop: only the loop's traversal, which
+    # visits what the handle holds in its place, lets the collector see this cycle.
+    def populate(loop):
+        blocked = _BlockedLoop(loop, stop_inside=True)
+        loop.call_soon_threadsafe(lambda: loop)
+        blocked.finish()
+
+    ref = _abandon(populate)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    assert ref() is None
+
+
+def test_a_freed_loop_leaves_its_queued_handles_tracked():
+    def populate(loop):
+        blocked = _BlockedLoop(loop, stop_inside=True)
+        held.append(loop.call_soon_threadsafe(print))
+        blocked.finish()
+
+    held = []
+    ref = _abandon(populate)
+    assert not gc.is_tracked(held[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    assert ref() is None
+    assert gc.is_tracked(held[0])

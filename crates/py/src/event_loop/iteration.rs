@@ -201,7 +201,10 @@ impl LoopCore {
         let mut st = self.state.borrow(py)?;
         for item in batch {
             match item {
-                Injected::Handle(h) => st.ready.push(h.into()),
+                Injected::Handle(h) => {
+                    crate::handle::injected_drained(&h);
+                    st.ready.push(h.into());
+                }
                 Injected::Task(t) => tasks.push(t),
             }
         }

@@ -45,6 +45,30 @@ const WAKER_TOKEN: u64 = u64::MAX;
 /// asyncio's `_clock_resolution` for `time.monotonic()`.
 const CLOCK_RESOLUTION: f64 = 1e-9;
 
+impl LoopCore {
+    /// Drops what other threads queued and the loop did not take (close, or the collector
+    /// clearing the loop): handles are tracked by the collector again first, as they would be
+    /// when drained, since their callers may still hold them.
+    fn drop_injected(&self) {
+        let mut queued = Vec::new();
+        self.shared.injector.drain_into(&mut queued);
+        for item in &queued {
+            if let Injected::Handle(h) = item {
+                crate::handle::injected_drained(h);
+            }
+        }
+        drop(queued);
+    }
+}
+
+impl Drop for LoopCore {
+    /// A loop freed by its reference count (no `close()`, no collector): what other threads
+    /// queued leaves through `drop_injected` too. `tp_dealloc` runs with the GIL held.
+    fn drop(&mut self) {
+        self.drop_injected();
+    }
+}
+
 /// Rust code to run on the loop thread with the GIL.
 pub type RustTask = Box<dyn FnOnce(Python<'_>) -> PyResult<()> + Send>;
 
@@ -661,11 +685,12 @@ impl LoopCore {
                 .borrow(py)?
                 .ready
                 .push(handle.clone_ref(py).into());
-        } else if let Some(ticket) = this
-            .shared
-            .injector
-            .push_deferred(Injected::Handle(handle.clone_ref(py)))
-        {
+        } else if let Some(ticket) = {
+            crate::handle::untrack_injected(&handle);
+            this.shared
+                .injector
+                .push_deferred(Injected::Handle(handle.clone_ref(py)))
+        } {
             // The loop sleeps in epoll with the GIL released; the eventfd is written without
             // the GIL (as asyncio's self-pipe `send` is), so the woken loop finds it free and
             // runs the callback at once, instead of blocking on it until this thread lets go
@@ -1004,9 +1029,7 @@ impl LoopCore {
             crate::handle::unscheduled(t);
         }
         drop((ready, timers, fds));
-        let mut rest = Vec::new();
-        self.shared.injector.drain_into(&mut rest);
-        drop(rest);
+        self.drop_injected();
         // The epoll fd and the eventfd go now, as asyncio's close() closes its selector and
         // self-pipe: a closed loop that stays referenced holds no fd. Nothing polls or
         // registers on a closed loop (every path checks `closed` first).
@@ -1070,7 +1093,7 @@ impl LoopCore {
         self.shared.injector.peek_if_free(|queued| {
             for item in queued {
                 if let Injected::Handle(h) = item {
-                    if let Err(e) = visit.call(h) {
+                    if let Err(e) = crate::handle::visit_injected(h, &visit) {
                         result = Err(e);
                         return;
                     }
@@ -1094,9 +1117,7 @@ impl LoopCore {
             }
         }
         drop(taken);
-        let mut queued = Vec::new();
-        self.shared.injector.drain_into(&mut queued);
-        drop(queued);
+        self.drop_injected();
         let kwargs = self
             .future_kwargs
             .try_borrow_for_gc()
