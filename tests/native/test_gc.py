@@ -17,6 +17,15 @@ def _abandon(populate) -> weakref.ref:
     return weakref.ref(loop)
 
 
+def _abandon_and_collect(populate) -> weakref.ref:
+    """`_abandon`, then a full collection ("unclosed event loop" warnings ignored)."""
+    ref = _abandon(populate)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # from the loop's __del__
+        gc.collect()
+    return ref
+
+
 def test_unclosed_loop_with_a_timer_cycle_is_collected():
     def populate(loop):
         # loop -> timer heap -> handle -> bound method -> holder -> loop
@@ -30,11 +39,7 @@ def test_unclosed_loop_with_a_timer_cycle_is_collected():
         loop.call_later(3600, Holder(loop).cb)
         loop.call_soon(Holder(loop).cb)
 
-    ref = _abandon(populate)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)  # "unclosed event loop" from __del__
-        gc.collect()
-    assert ref() is None
+    assert _abandon_and_collect(populate)() is None
 
 
 def test_unclosed_loop_with_a_reader_cycle_is_collected():
@@ -44,11 +49,7 @@ def test_unclosed_loop_with_a_reader_cycle_is_collected():
         def populate(loop):
             loop.add_reader(a.fileno(), lambda: loop)
 
-        ref = _abandon(populate)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ResourceWarning)
-            gc.collect()
-        assert ref() is None
+        assert _abandon_and_collect(populate)() is None
     finally:
         a.close()
         b.close()
@@ -59,11 +60,7 @@ def test_unclosed_loop_that_created_futures_is_collected():
     def populate(loop):
         loop.create_future()
 
-    ref = _abandon(populate)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
-    assert ref() is None
+    assert _abandon_and_collect(populate)() is None
 
 
 def test_pending_timer_handles_are_out_of_the_collectors_lists():
@@ -146,11 +143,7 @@ def test_unclosed_loop_with_a_cycle_through_a_handle_queued_from_a_thread_is_col
         loop.call_soon_threadsafe(lambda: loop)
         blocked.finish()
 
-    ref = _abandon(populate)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
-    assert ref() is None
+    assert _abandon_and_collect(populate)() is None
 
 
 def test_a_freed_loop_leaves_its_queued_handles_tracked():
@@ -160,10 +153,5 @@ def test_a_freed_loop_leaves_its_queued_handles_tracked():
         blocked.finish()
 
     held = []
-    ref = _abandon(populate)
-    assert not gc.is_tracked(held[0])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
-    assert ref() is None
-    assert gc.is_tracked(held[0])
+    assert _abandon_and_collect(populate)() is None
+    assert gc.is_tracked(held[0])  # it was untracked while queued (the test above)

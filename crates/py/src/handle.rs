@@ -660,12 +660,31 @@ impl Handle {
 /// Takes a timer handle that just went into its loop's heap out of the collector's lists (see
 /// the module invariants).
 pub(crate) fn untrack_scheduled(timer: &Py<TimerHandle>) {
-    let obj = timer.as_ptr();
-    // SAFETY: the caller holds the GIL (it just changed the loop's heap); `obj` is a live
-    // object of a GC type; untracking one that is tracked is always allowed.
+    gc_untrack(timer);
+}
+
+/// Takes `obj` (a handle) out of the collector's lists if it is in them. Only the loop's code
+/// calls it, with the GIL held.
+fn gc_untrack<T>(obj: &Py<T>) {
+    let obj = obj.as_ptr();
+    // SAFETY: the GIL is held; `obj` is alive (referenced) and of a GC type (a handle class);
+    // untracking an object that is tracked is always allowed.
     unsafe {
         if ffi::PyObject_GC_IsTracked(obj) != 0 {
             ffi::PyObject_GC_UnTrack(obj.cast());
+        }
+    }
+}
+
+/// Puts `obj` (a handle) back in the collector's lists if it is not in them. Only the loop's
+/// code calls it, with the GIL held.
+fn gc_track<T>(obj: &Py<T>) {
+    let obj = obj.as_ptr();
+    // SAFETY: the GIL is held; `obj` is alive and fully initialised (referenced) and of a GC
+    // type; `PyObject_GC_Track` runs only on an untracked object (tracking twice aborts).
+    unsafe {
+        if ffi::PyObject_GC_IsTracked(obj) == 0 {
+            ffi::PyObject_GC_Track(obj.cast());
         }
     }
 }
@@ -674,14 +693,7 @@ pub(crate) fn untrack_scheduled(timer: &Py<TimerHandle>) {
 /// and tracked by the collector again (see the module invariants).
 pub(crate) fn unscheduled(timer: &Py<TimerHandle>) {
     timer.get().set_timer_id(NOT_SCHEDULED);
-    let obj = timer.as_ptr();
-    // SAFETY: the caller holds the GIL; `obj` is a live, fully initialised object of a GC type,
-    // and `PyObject_GC_Track` is called only when it is not tracked (tracking twice aborts).
-    unsafe {
-        if ffi::PyObject_GC_IsTracked(obj) == 0 {
-            ffi::PyObject_GC_Track(obj.cast());
-        }
-    }
+    gc_track(timer);
 }
 
 /// The loop's traversal of a timer in its heap: the handle itself while the collector tracks
@@ -709,26 +721,12 @@ pub(crate) fn visit_scheduled(
 /// Takes a handle that another thread is about to queue in a loop's injector out of the
 /// collector's lists (see the module invariants); [`injected_drained`] tracks it again.
 pub(crate) fn untrack_injected(handle: &Py<Handle>) {
-    let obj = handle.as_ptr();
-    // SAFETY: the caller holds the GIL; `obj` is a live object of a GC type; untracking one
-    // that is tracked is always allowed.
-    unsafe {
-        if ffi::PyObject_GC_IsTracked(obj) != 0 {
-            ffi::PyObject_GC_UnTrack(obj.cast());
-        }
-    }
+    gc_untrack(handle);
 }
 
 /// A handle the loop took out of its injector: tracked by the collector again.
 pub(crate) fn injected_drained(handle: &Py<Handle>) {
-    let obj = handle.as_ptr();
-    // SAFETY: the caller holds the GIL; `obj` is a live, fully initialised object of a GC type,
-    // and `PyObject_GC_Track` is called only when it is not tracked (tracking twice aborts).
-    unsafe {
-        if ffi::PyObject_GC_IsTracked(obj) == 0 {
-            ffi::PyObject_GC_Track(obj.cast());
-        }
-    }
+    gc_track(handle);
 }
 
 /// The loop's traversal of a handle waiting in its injector: the handle while the collector
