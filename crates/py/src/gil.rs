@@ -125,7 +125,13 @@ pub fn _prepare_exit(py: Python<'_>, timeout: f64) -> isize {
     EXITER.store(this_thread(), Ordering::SeqCst);
     EXITING.store(true, Ordering::SeqCst);
     let own = isize::from(COUNTED.with(Cell::get));
-    let deadline = Instant::now() + Duration::from_secs_f64(timeout.clamp(0.0, 60.0));
+    // At most a minute; NaN, negative or zero: no wait.
+    let secs = if timeout > 0.0 {
+        timeout.min(60.0)
+    } else {
+        0.0
+    };
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
     loop {
         let others = ACTIVE.load(Ordering::SeqCst) - own;
         if others <= 0 || Instant::now() >= deadline {
