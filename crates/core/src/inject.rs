@@ -78,12 +78,10 @@ impl<T> Injector<T> {
     /// Queues `item` for the loop; writes the eventfd only if the loop sleeps and nobody else
     /// has written it yet.
     pub fn push(&self, item: T) -> io::Result<PushOutcome> {
-        self.queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(item);
-        self.pending.store(true, Ordering::SeqCst);
-        self.wake_if_sleeping()
+        match self.push_deferred(item) {
+            Some(ticket) => ticket.wake().map(|()| PushOutcome::Woke),
+            None => Ok(PushOutcome::Queued),
+        }
     }
 
     /// Queues `item` as [`Injector::push`] does, but when the loop sleeps the eventfd write is

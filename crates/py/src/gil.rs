@@ -63,8 +63,9 @@ pub struct LoopThread {
 }
 
 impl LoopThread {
-    /// Entering `_run_forever_native` (with the GIL). Parks at once if Python is exiting.
-    pub fn enter(py: Python<'_>) -> Self {
+    /// Entering `_run_forever_native` (with the GIL); its first iteration's
+    /// [`park_if_exiting`] parks it if Python is exiting.
+    pub fn enter() -> Self {
         let outer = !IN_LOOP.with(Cell::get);
         if outer {
             IN_LOOP.with(|c| c.set(true));
@@ -77,9 +78,7 @@ impl LoopThread {
                 COUNTED.with(|c| c.set(true));
             }
         }
-        let me = Self { outer };
-        park_if_exiting(py);
-        me
+        Self { outer }
     }
 }
 

@@ -19,8 +19,8 @@
 //!   over a large heap of pending timers (one per `call_later`, every timeout) cost that much
 //!   less: each visit of a handle is one traversal of the loop, not a tracked object of its own.
 //! - The same holds for a `Handle` that `call_soon_threadsafe` queued from another thread while
-//!   it waits in the loop's injector (`untrack_injected` before the push, `injected_drained`
-//!   when the loop moves it to the ready queue, `visit_injected` in the loop's traversal): a
+//!   it waits in the loop's injector (`gc_untrack` before the push, `gc_track` when the loop
+//!   moves it to the ready queue or drops it, `visit_injected` in the loop's traversal): a
 //!   thread pushing faster than the loop drains leaves thousands of handles there, and the
 //!   collector's passes over them cost about a third of each push before.
 //! - A `Handle` value is dropped only with the GIL held (its `tp_dealloc`, or the loop code that
@@ -665,7 +665,7 @@ pub(crate) fn untrack_scheduled(timer: &Py<TimerHandle>) {
 
 /// Takes `obj` (a handle) out of the collector's lists if it is in them. Only the loop's code
 /// calls it, with the GIL held.
-fn gc_untrack<T>(obj: &Py<T>) {
+pub(crate) fn gc_untrack<T>(obj: &Py<T>) {
     let obj = obj.as_ptr();
     // SAFETY: the GIL is held; `obj` is alive (referenced) and of a GC type (a handle class);
     // untracking an object that is tracked is always allowed.
@@ -678,7 +678,7 @@ fn gc_untrack<T>(obj: &Py<T>) {
 
 /// Puts `obj` (a handle) back in the collector's lists if it is not in them. Only the loop's
 /// code calls it, with the GIL held.
-fn gc_track<T>(obj: &Py<T>) {
+pub(crate) fn gc_track<T>(obj: &Py<T>) {
     let obj = obj.as_ptr();
     // SAFETY: the GIL is held; `obj` is alive and fully initialised (referenced) and of a GC
     // type; `PyObject_GC_Track` runs only on an untracked object (tracking twice aborts).
@@ -703,43 +703,37 @@ pub(crate) fn visit_scheduled(
     timer: &Py<TimerHandle>,
     visit: &PyVisit<'_>,
 ) -> Result<(), PyTraverseError> {
-    let obj = timer.as_ptr();
-    // SAFETY: the collector runs with the GIL held and the heap holds a reference to `obj`.
-    if unsafe { ffi::PyObject_GC_IsTracked(obj) } != 0 {
-        return visit.call(timer);
-    }
-    // SAFETY: as in `handle_traverse`: `obj` is a live `TimerHandle`, whose `Handle` part is
+    // SAFETY: as in `handle_traverse`: `timer` is a live `TimerHandle`, whose `Handle` part is
     // laid out as PyO3 laid out `Handle`'s, and the class is frozen.
     let handle: &Handle = unsafe {
-        Borrowed::from_ptr(visit_py(), obj)
+        Borrowed::from_ptr(visit_py(), timer.as_ptr())
             .cast_unchecked::<Handle>()
             .get()
     };
+    visit_in_place(timer, handle, visit)
+}
+
+/// What a queue of the loop's visits for a handle it holds: the handle while the collector
+/// tracks it, else what the handle references, in its place (never both: a reference visited
+/// twice could make a live object look unreachable).
+fn visit_in_place<T>(
+    obj: &Py<T>,
+    handle: &Handle,
+    visit: &PyVisit<'_>,
+) -> Result<(), PyTraverseError> {
+    // SAFETY: the collector runs with the GIL held and the loop holds a reference to `obj`.
+    if unsafe { ffi::PyObject_GC_IsTracked(obj.as_ptr()) } != 0 {
+        return visit.call(obj);
+    }
     handle.visit_refs(visit)
 }
 
-/// Takes a handle that another thread is about to queue in a loop's injector out of the
-/// collector's lists (see the module invariants); [`injected_drained`] tracks it again.
-pub(crate) fn untrack_injected(handle: &Py<Handle>) {
-    gc_untrack(handle);
-}
-
-/// A handle the loop took out of its injector: tracked by the collector again.
-pub(crate) fn injected_drained(handle: &Py<Handle>) {
-    gc_track(handle);
-}
-
-/// The loop's traversal of a handle waiting in its injector: the handle while the collector
-/// tracks it, else what it references, in its place (never both).
+/// The loop's traversal of a handle waiting in its injector (see the module invariants).
 pub(crate) fn visit_injected(
     handle: &Py<Handle>,
     visit: &PyVisit<'_>,
 ) -> Result<(), PyTraverseError> {
-    // SAFETY: the collector runs with the GIL held and the injector holds a reference.
-    if unsafe { ffi::PyObject_GC_IsTracked(handle.as_ptr()) } != 0 {
-        return visit.call(handle);
-    }
-    handle.get().visit_refs(visit)
+    visit_in_place(handle, handle.get(), visit)
 }
 
 /// A `Python` token inside a traversal, which runs with the GIL held.

@@ -202,7 +202,7 @@ impl LoopCore {
         for item in batch {
             match item {
                 Injected::Handle(h) => {
-                    crate::handle::injected_drained(&h);
+                    crate::handle::gc_track(&h);
                     st.ready.push(h.into());
                 }
                 Injected::Task(t) => tasks.push(t),

@@ -54,7 +54,7 @@ impl LoopCore {
         self.shared.injector.drain_into(&mut queued);
         for item in &queued {
             if let Injected::Handle(h) = item {
-                crate::handle::injected_drained(h);
+                crate::handle::gc_track(h);
             }
         }
         drop(queued);
@@ -685,12 +685,13 @@ impl LoopCore {
                 .borrow(py)?
                 .ready
                 .push(handle.clone_ref(py).into());
-        } else if let Some(ticket) = {
-            crate::handle::untrack_injected(&handle);
-            this.shared
-                .injector
-                .push_deferred(Injected::Handle(handle.clone_ref(py)))
-        } {
+        } else {
+            // Out of the collector's lists while queued (see handle.rs).
+            crate::handle::gc_untrack(&handle);
+            let queued = Injected::Handle(handle.clone_ref(py));
+            let Some(ticket) = this.shared.injector.push_deferred(queued) else {
+                return Ok(handle);
+            };
             // The loop sleeps in epoll with the GIL released; the eventfd is written without
             // the GIL (as asyncio's self-pipe `send` is), so the woken loop finds it free and
             // runs the callback at once, instead of blocking on it until this thread lets go
@@ -1003,7 +1004,7 @@ impl LoopCore {
 
     /// The loop proper; the Python `run_forever` sets up and tears down around it.
     fn _run_forever_native(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let _counted = crate::gil::LoopThread::enter(slf.py());
+        let _counted = crate::gil::LoopThread::enter();
         loop {
             crate::gil::park_if_exiting(slf.py());
             Self::run_once(slf)?;
