@@ -63,6 +63,22 @@ impl MethodDef {
         })
     }
 
+    /// A `METH_FASTCALL | METH_KEYWORDS` definition: `func(self, args, nargs, kwnames)`.
+    pub(crate) const fn fastcall_keywords(
+        name: &'static std::ffi::CStr,
+        func: ffi::PyCFunctionFastWithKeywords,
+        doc: &'static std::ffi::CStr,
+    ) -> Self {
+        Self(ffi::PyMethodDef {
+            ml_name: name.as_ptr(),
+            ml_meth: ffi::PyMethodDefPointer {
+                PyCFunctionFastWithKeywords: func,
+            },
+            ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            ml_doc: doc.as_ptr(),
+        })
+    }
+
     /// A `METH_NOARGS` definition: `func(self, NULL)`.
     pub(crate) const fn meth_noargs(
         name: &'static std::ffi::CStr,
@@ -117,39 +133,26 @@ pub(crate) fn method_descriptor<'py>(
     }
 }
 
-macro_rules! method_def {
-    ($name:literal, $func:ident, $doc:literal) => {
-        MethodDef(ffi::PyMethodDef {
-            ml_name: $name.as_ptr(),
-            ml_meth: ffi::PyMethodDefPointer {
-                PyCFunctionFastWithKeywords: $func,
-            },
-            ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
-            ml_doc: $doc.as_ptr(),
-        })
-    };
-}
-
-static CALL_SOON: MethodDef = method_def!(
+static CALL_SOON: MethodDef = MethodDef::fastcall_keywords(
     c"call_soon",
     call_soon_fast,
-    c"call_soon(callback, *args, context=None)\n--\n\nArrange for callback(*args) to be called soon."
+    c"call_soon(callback, *args, context=None)\n--\n\nArrange for callback(*args) to be called soon.",
 );
-static CALL_LATER: MethodDef = method_def!(
+static CALL_LATER: MethodDef = MethodDef::fastcall_keywords(
     c"call_later",
     call_later_fast,
-    c"call_later(delay, callback, *args, context=None)\n--\n\nCall callback(*args) after delay seconds."
+    c"call_later(delay, callback, *args, context=None)\n--\n\nCall callback(*args) after delay seconds.",
 );
-static CALL_AT: MethodDef = method_def!(
+static CALL_AT: MethodDef = MethodDef::fastcall_keywords(
     c"call_at",
     call_at_fast,
-    c"call_at(when, callback, *args, context=None)\n--\n\nCall callback(*args) at loop time when."
+    c"call_at(when, callback, *args, context=None)\n--\n\nCall callback(*args) at loop time when.",
 );
 
-static CREATE_TASK: MethodDef = method_def!(
+static CREATE_TASK: MethodDef = MethodDef::fastcall_keywords(
     c"create_task",
     create_task_fast,
-    c"create_task(coro, *, name=None, context=None)\n--\n\nSchedule a coroutine object as a Task."
+    c"create_task(coro, *, name=None, context=None)\n--\n\nSchedule a coroutine object as a Task.",
 );
 
 static CREATE_FUTURE: MethodDef = MethodDef(ffi::PyMethodDef {
@@ -431,7 +434,7 @@ unsafe fn dispatch(
 static C_CONTEXT_NAME: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// Whether a keyword name is `context`: by identity with the names seen before, else by value.
-fn is_context_name(name: &Bound<'_, PyAny>) -> bool {
+pub(crate) fn is_context_name(name: &Bound<'_, PyAny>) -> bool {
     let py = name.py();
     if name.is(intern!(py, "context")) || C_CONTEXT_NAME.get(py).is_some_and(|n| name.is(n)) {
         return true;

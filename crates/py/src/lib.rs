@@ -18,6 +18,7 @@ mod native_call;
 mod server;
 mod sock_ops;
 mod task;
+mod task_base;
 mod task_registry;
 mod transport;
 
@@ -41,9 +42,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     server::install_ready_am_send(m.py());
     native_call::init(m.py());
     m.add_class::<task_registry::TaskRegistry>()?;
+    task_base::check_layout(m.py())?;
     m.add_class::<task::Task>()?;
     m.add_class::<task::TaskAwait>()?;
-    task::install_task_slots(m.py());
+    task::install_task_slots(m.py())?;
     m.add_function(wrap_pyfunction!(fastcall::_install_fast_methods, m)?)?;
     m.add_function(wrap_pyfunction!(gil::_prepare_exit, m)?)?;
     m.add_function(wrap_pyfunction!(gil::_after_fork_in_child, m)?)?;

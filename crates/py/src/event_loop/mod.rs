@@ -400,12 +400,7 @@ impl LoopCore {
                             None
                         }
                     };
-                    this.drain_injector(py)?;
-                    this.state.borrow(py)?.ready.push(Ready::Step {
-                        step: callback.clone().unbind(),
-                        arg,
-                        context: ctx.clone().unbind(),
-                    });
+                    this.queue_step(py, callback.clone().unbind(), arg, ctx.clone().unbind())?;
                     return crate::handle::detached(py);
                 }
             }
@@ -421,6 +416,46 @@ impl LoopCore {
             .ready
             .push(handle.clone_ref(py).into());
         Ok(handle)
+    }
+
+    /// Queues `context.run(step, *arg)` as a `Ready::Step` entry, without a `Handle`: a C Task's
+    /// step or wake-up (`call_soon_impl`), a `ferroloop.Task`'s done callback (`task.rs`).
+    /// Handles other threads queued earlier go first, as for `call_soon`.
+    pub(crate) fn queue_step(
+        &self,
+        py: Python<'_>,
+        step: Py<PyAny>,
+        arg: Option<Py<PyAny>>,
+        context: Py<PyAny>,
+    ) -> PyResult<()> {
+        self.drain_injector(py)?;
+        self.state
+            .borrow(py)?
+            .ready
+            .push(Ready::Step { step, arg, context });
+        Ok(())
+    }
+
+    /// `call_soon(callback, arg, context=context)` for a caller that drops the handle (a
+    /// `ferroloop.Task`'s done callbacks, as asyncio's Future drops its own): queued without a
+    /// `Handle` (`queue_step`), except in debug mode, where handles carry tracebacks and
+    /// slow-callback reports.
+    pub(crate) fn call_soon_unseen(
+        slf: &Bound<'_, Self>,
+        callback: &Bound<'_, PyAny>,
+        arg: &Bound<'_, PyAny>,
+        context: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let this = slf.get();
+        if this.flags.debug() {
+            let args = CallArgs::One(arg.clone().unbind());
+            return Self::call_soon_impl(slf, callback, args, Some(context)).map(drop);
+        }
+        if this.flags.closed() {
+            return Err(closed_error());
+        }
+        let (callback, arg) = (callback.clone().unbind(), arg.clone().unbind());
+        this.queue_step(slf.py(), callback, Some(arg), context.clone().unbind())
     }
 
     /// Whether a task factory is set (`set_task_factory`).
