@@ -11,7 +11,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv build run run-echo bench-http bench-workers bench-instructions test test-py312 test-py313 test-rust test-python test-cpython test-cpython-native-task record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
+.PHONY: help venv build run run-echo bench-http bench-workers bench-instructions test test-py312 test-py313 test-rust test-python test-cpython test-cpython-asyncio-task record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -34,7 +34,7 @@ run: build ## The main job: serve examples/app.py with the ferroloop server on h
 run-echo: build ## The loop demo: an echo server and 64 clients on ferroloop (examples/echo.py)
 	$(PY) examples/echo.py
 
-test: build test-rust test-cpython test-cpython-native-task test-python ## The whole test suite: Rust units, our tests, CPython's asyncio suite
+test: build test-rust test-cpython test-cpython-asyncio-task test-python ## The whole test suite: Rust units, our tests, CPython's asyncio suite
 
 test-rust: ## Rust unit tests of the core (no Python needed)
 	cargo test -q -p ferroloop-core
@@ -45,12 +45,12 @@ test-python: build ## Our Python tests: each case on asyncio's loop and on ferro
 test-cpython: build ## CPython's test.test_asyncio against ferroloop; fails if the pass count drops
 	$(PY) tests/external/run_cpython_asyncio.py --check tests/external/cpython_asyncio_baseline.json
 
-test-cpython-native-task: build ## CPython's asyncio suite with FERROLOOP_NATIVE_TASKS=1 (create_task makes ferroloop.Task); fails if the count drops
-	FERROLOOP_NATIVE_TASKS=1 $(PY) tests/external/run_cpython_asyncio.py --check tests/external/cpython_asyncio_native_task_baseline.json
+test-cpython-asyncio-task: build ## CPython's asyncio suite with FERROLOOP_NATIVE_TASKS=0 (create_task makes asyncio's C Task); fails if the count drops
+	FERROLOOP_NATIVE_TASKS=0 $(PY) tests/external/run_cpython_asyncio.py --check tests/external/cpython_asyncio_asyncio_task_baseline.json
 
 record-cpython: build ## Re-record the CPython suite's pass counts, asyncio's and ferroloop's tasks (only ever upwards)
 	$(PY) tests/external/run_cpython_asyncio.py --record tests/external/cpython_asyncio_baseline.json
-	FERROLOOP_NATIVE_TASKS=1 $(PY) tests/external/run_cpython_asyncio.py --record tests/external/cpython_asyncio_native_task_baseline.json
+	FERROLOOP_NATIVE_TASKS=0 $(PY) tests/external/run_cpython_asyncio.py --record tests/external/cpython_asyncio_asyncio_task_baseline.json
 
 test-py312: ## Our tests and CPython 3.12's asyncio suite under CPython 3.12 (built once from source; ~6 min the first time)
 	tests/pyver/run.sh 3.12

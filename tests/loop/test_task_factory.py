@@ -142,3 +142,36 @@ def test_eager_task_factory_runs_the_first_step_inside_create_task(loop):
         "later",
     )
     assert steps[-1] == "second step"
+
+
+def test_create_task_makes_an_asyncio_task_of_the_loops_default_kind(loop):
+    # ferroloop's default is ferroloop.Task, a subclass of asyncio.Task; asyncio's loop makes
+    # asyncio's own. Either way the task is an asyncio.Task, gathered and awaited as one.
+    async def child():
+        await asyncio.sleep(0)
+        return asyncio.current_task()
+
+    async def main():
+        task = loop.create_task(child())
+        assert isinstance(task, asyncio.Task)
+        assert await asyncio.gather(task) == [task]
+        return type(task)
+
+    kind = loop.run_until_complete(main())
+    assert kind is (ferroloop.Task if isinstance(loop, ferroloop.Loop) else asyncio.Task)
+
+
+@pytest.mark.parametrize(("value", "native"), [("0", False), ("1", True), ("", True)])
+def test_ferroloop_native_tasks_env_chooses_the_kind(monkeypatch, value, native):
+    monkeypatch.setenv("FERROLOOP_NATIVE_TASKS", value)
+    loop = ferroloop.new_event_loop()
+    try:
+
+        async def child():
+            return None
+
+        task = loop.create_task(child())
+        assert type(task) is (ferroloop.Task if native else asyncio.Task)
+        loop.run_until_complete(task)
+    finally:
+        loop.close()

@@ -162,9 +162,9 @@ pub struct LoopCore {
     /// `set_task_factory`, read by `get_task_factory`), held here so that `create_task` reads it
     /// without a Python attribute lookup. Visited and cleared by the GC hooks.
     task_factory: LoopCell<Option<Py<PyAny>>>,
-    /// `create_task` without a task factory makes a `ferroloop.Task` (`task.rs`) when
-    /// `FERROLOOP_NATIVE_TASKS=1` was set when the loop was created, else asyncio's Task (always
-    /// in debug mode).
+    /// `create_task` without a task factory makes a `ferroloop.Task` (`task.rs`), unless
+    /// `FERROLOOP_NATIVE_TASKS=0` was set when the loop was created; asyncio's Task in debug
+    /// mode.
     native_tasks: bool,
     /// This loop's bound `call_soon`, handed out by the `call_soon` descriptor
     /// (`cached_method.rs`) to the C `Task`/`Future` lookups instead of a new method object each
@@ -667,7 +667,7 @@ impl LoopCore {
             future_kwargs: LoopCell::new(None),
             context_kwargs: LoopCell::new(None),
             task_factory: LoopCell::new(None),
-            native_tasks: std::env::var_os("FERROLOOP_NATIVE_TASKS").is_some_and(|v| v == "1"),
+            native_tasks: std::env::var_os("FERROLOOP_NATIVE_TASKS").is_none_or(|v| v != "0"),
             bound_call_soon: LoopCell::new(None),
         })
     }
@@ -792,8 +792,8 @@ impl LoopCore {
         .map(Bound::unbind)
     }
 
-    /// `asyncio.Task(coro, loop=self, name=name, context=context)`, or with
-    /// `FERROLOOP_NATIVE_TASKS=1` a `ferroloop.Task` (`task.rs`); a task factory (other than
+    /// A `ferroloop.Task` (`task.rs`), or with `FERROLOOP_NATIVE_TASKS=0`
+    /// `asyncio.Task(coro, loop=self, name=name, context=context)`; a task factory (other than
     /// `ferroloop.task_factory`) or debug mode goes through asyncio's own `create_task`.
     #[pyo3(signature = (coro, *, name=None, context=None))]
     pub(crate) fn create_task(
