@@ -27,9 +27,10 @@
 //!   loops, and in debug mode, the loop's handle does (`call_soon(..., context=...)`).
 //! - `tp_init`, `tp_finalize`, `tp_traverse`, `tp_clear` and `tp_dealloc` are set by
 //!   `install_task_slots` when the module is initialised, before any `Task` exists.
-//! - Entry points that Python code can call outside any PyO3 frame (a step or wake-up run by
-//!   another loop's handle) run inside PyO3's attach scope, so that a `Py` dropped there is
-//!   released at once rather than queued in PyO3's pool until PyO3 is next entered.
+//! - A `Py` dropped while no PyO3 frame is on the stack is only queued in PyO3's pool until
+//!   PyO3 is next entered. So the step and wake-up entry points (which another loop's handles
+//!   call) run inside PyO3's attach scope, and the C-function methods (`done()`, `result()`,
+//!   `add_done_callback()`...) release what they take as `Bound`s.
 //! - The `hook` (the server's request cycle) is called once, after the step that finished the
 //!   task, with the task already left.
 
@@ -1161,7 +1162,9 @@ impl Task {
             Phase::Finished => {
                 if let Some(exc) = exc {
                     let exc = exc.into_bound(py);
-                    let tb = tb.unwrap_or_else(|| py.None());
+                    // A `Bound`, released with a plain decref even where no PyO3 frame is on
+                    // the stack (`result()` is a C function: see the module invariants).
+                    let tb = tb.map_or_else(|| py.None().into_bound(py), |t| t.into_bound(py));
                     // SAFETY: we hold the GIL; `exc` is an exception instance and `tb` a
                     // traceback or None (what `PyException_SetTraceback` accepts).
                     if unsafe { ffi::PyException_SetTraceback(exc.as_ptr(), tb.as_ptr()) } < 0 {
