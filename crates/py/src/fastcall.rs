@@ -262,10 +262,21 @@ macro_rules! fast_entry {
     };
 }
 
-/// A `METH_NOARGS` entry point of `LoopCore`: `$body` sees the loop as `$core`
-/// (`&Bound<LoopCore>`, borrowed for the call).
+/// `entry` inside PyO3's attach scope, for entry points that Python code calls where no PyO3
+/// frame may be on the stack (another loop's handles): there a dropped `Py` is only queued in
+/// PyO3's pool until PyO3 is next entered, here it is released at once. The scope costs a
+/// thread-local counter update when a PyO3 frame is already there, `PyGILState_Ensure` when not,
+/// so the loop's own hot entry points use `entry`.
+pub(crate) fn attached_entry(
+    body: impl FnOnce(Python<'_>) -> PyResult<*mut ffi::PyObject>,
+) -> *mut ffi::PyObject {
+    Python::attach(|py| entry(py, || body(py)))
+}
+
+/// A `METH_NOARGS` entry point of the pyclass `$ty`: `$body` sees the instance as `$obj`
+/// (`&Bound<$ty>`, borrowed for the call).
 macro_rules! noargs_entry {
-    ($(#[$attr:meta])* $func:ident, |$core:ident| $body:expr) => {
+    ($(#[$attr:meta])* $func:ident, $ty:ty, |$obj:ident| $body:expr) => {
         $(#[$attr])*
         unsafe extern "C" fn $func(
             slf: *mut ffi::PyObject,
@@ -273,19 +284,21 @@ macro_rules! noargs_entry {
         ) -> *mut ffi::PyObject {
             // SAFETY: CPython calls METH_NOARGS functions on a thread that holds the GIL.
             let py = unsafe { Python::assume_attached() };
-            entry(py, || {
-                // SAFETY: CPython's method descriptor checked that `slf` is a LoopCore instance,
-                // borrowed for the call.
-                let $core = unsafe { Bound::ref_from_ptr(py, &slf).cast_unchecked::<LoopCore>() };
+            $crate::fastcall::entry(py, || {
+                // SAFETY: CPython's method descriptor checked that `slf` is an instance of the
+                // type it was made for, `$ty`, borrowed for the call.
+                let $obj = unsafe { Bound::ref_from_ptr(py, &slf).cast_unchecked::<$ty>() };
                 $body
             })
         }
     };
 }
+pub(crate) use noargs_entry;
 
 noargs_entry!(
     /// `get_debug()`: the same flag as the `LoopCore.get_debug` pymethod, without PyO3's wrapper.
     get_debug_fast,
+    LoopCore,
     |core| Ok(PyBool::new(core.py(), core.get().debug()).to_owned().into_ptr())
 );
 
@@ -293,6 +306,7 @@ noargs_entry!(
     /// `create_future()`: the `LoopCore.create_future` pymethod without PyO3's wrapper (every
     /// awaited `sock_*` operation, transport waiter and user future goes through it).
     create_future_fast,
+    LoopCore,
     |core| Ok(LoopCore::create_future(core)?.into_ptr())
 );
 
@@ -307,7 +321,7 @@ noargs_entry!(
     reason = "part of `dispatch`, which is specialised per entry point on the call_soon hot path"
 )]
 #[inline(always)]
-unsafe fn vector_args<'a, 'py>(
+pub(crate) unsafe fn vector_args<'a, 'py>(
     py: Python<'py>,
     args: *const *mut ffi::PyObject,
     nargs: usize,

@@ -657,12 +657,6 @@ impl Handle {
     }
 }
 
-/// Takes a timer handle that just went into its loop's heap out of the collector's lists (see
-/// the module invariants).
-pub(crate) fn untrack_scheduled(timer: &Py<TimerHandle>) {
-    gc_untrack(timer);
-}
-
 /// Takes `obj` (a handle) out of the collector's lists if it is in them. Only the loop's code
 /// calls it, with the GIL held.
 pub(crate) fn gc_untrack<T>(obj: &Py<T>) {

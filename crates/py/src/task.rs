@@ -50,7 +50,7 @@ use pyo3::PyTraverseError;
 
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
-use crate::fastcall::{bound_builtin, entry, method_descriptor, MethodDef};
+use crate::fastcall::{attached_entry, bound_builtin, entry, method_descriptor, MethodDef};
 use crate::server::Cycle;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -91,6 +91,13 @@ struct State {
     /// Set once `start` ran (registered, first step queued).
     started: bool,
     hook: Option<Py<Cycle>>,
+}
+
+impl State {
+    /// Whether the finalizer reports "Task was destroyed but it is pending!".
+    fn reports_pending(&self) -> bool {
+        self.phase == Phase::Pending && self.log_destroy_pending && self.started
+    }
 }
 
 impl Drop for State {
@@ -270,21 +277,18 @@ unsafe extern "C" fn task_step_entry(
     args: *mut *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
 ) -> *mut ffi::PyObject {
-    // Called by another loop's handle, outside any PyO3 frame: inside PyO3's attach scope a
-    // dropped `Py` is released at once instead of queued until PyO3 is next entered.
-    Python::attach(|py| {
-        entry(py, || {
-            // SAFETY: `slf` is the Task `STEP` was bound to (only `schedule` binds it), borrowed.
-            let task = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<Task>() };
-            let exc = match nargs {
-                0 => None,
-                // SAFETY: CPython passes `nargs` live borrowed arguments.
-                1 => Some(unsafe { Borrowed::from_ptr(py, *args) }.to_owned()),
-                _ => return Err(PyTypeError::new_err("task_step takes at most 1 argument")),
-            };
-            Task::step(&task, exc)?;
-            Ok(py.None().into_ptr())
-        })
+    // Called by another loop's handles, where no PyO3 frame may be on the stack.
+    attached_entry(|py| {
+        // SAFETY: `slf` is the Task `STEP` was bound to (only `schedule` binds it), borrowed.
+        let task = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<Task>() };
+        let exc = match nargs {
+            0 => None,
+            // SAFETY: CPython passes `nargs` live borrowed arguments.
+            1 => Some(unsafe { Borrowed::from_ptr(py, *args) }.to_owned()),
+            _ => return Err(PyTypeError::new_err("task_step takes at most 1 argument")),
+        };
+        Task::step(&task, exc)?;
+        Ok(py.None().into_ptr())
     })
 }
 
@@ -293,17 +297,14 @@ unsafe extern "C" fn task_wakeup_entry(
     slf: *mut ffi::PyObject,
     fut: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // As in `task_step_entry`: a wake-up from another loop's handle, or from a future's own
-    // callbacks run outside any PyO3 frame.
-    Python::attach(|py| {
-        entry(py, || {
-            // SAFETY: `slf` is the Task `WAKEUP` was bound to (only `Task::wakeup_fn` binds it).
-            let task = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<Task>() };
-            // SAFETY: METH_O passes one live borrowed argument.
-            let fut = unsafe { Borrowed::from_ptr(py, fut) };
-            Task::wakeup(&task, &fut)?;
-            Ok(py.None().into_ptr())
-        })
+    // As in `task_step_entry`: a wake-up run by another loop's handles.
+    attached_entry(|py| {
+        // SAFETY: `slf` is the Task `WAKEUP` was bound to (only `Task::wakeup_fn` binds it).
+        let task = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<Task>() };
+        // SAFETY: METH_O passes one live borrowed argument.
+        let fut = unsafe { Borrowed::from_ptr(py, fut) };
+        Task::wakeup(&task, &fut)?;
+        Ok(py.None().into_ptr())
     })
 }
 
@@ -1709,26 +1710,13 @@ unsafe extern "C" fn task_init(
     }
 }
 
-/// A `METH_NOARGS` method of `Task` as a C function and its definition `$def` (`$body` sees the
-/// task as `$task` and returns a new reference): the methods asyncio calls on every task
-/// (`gather`'s done callback asks `cancelled()`, `exception()` and `result()` of each child)
-/// without PyO3's trampoline and argument handling, about 70 instructions a call.
+/// A `METH_NOARGS` method of `Task` as a C function (`fastcall::noargs_entry`) and its
+/// definition `$def`: the methods asyncio calls on every task (`gather`'s done callback asks
+/// `cancelled()`, `exception()` and `result()` of each child) without PyO3's trampoline and
+/// argument handling, about 70 instructions a call.
 macro_rules! task_noargs {
-    ($def:ident, $func:ident, $name:literal, $doc:literal, |$task:ident, $py:ident| $body:expr) => {
-        unsafe extern "C" fn $func(
-            slf: *mut ffi::PyObject,
-            _noargs: *mut ffi::PyObject,
-        ) -> *mut ffi::PyObject {
-            // SAFETY: CPython calls METH_NOARGS functions with the GIL held.
-            let $py = unsafe { Python::assume_attached() };
-            entry($py, || {
-                // SAFETY: the method descriptor checked that `slf` is a `Task`, borrowed for the
-                // call.
-                let $task = unsafe { Borrowed::from_ptr($py, slf).cast_unchecked::<Task>() };
-                let $task = $task.get();
-                $body
-            })
-        }
+    ($def:ident, $func:ident, $name:literal, $doc:literal, |$task:ident| $body:expr) => {
+        crate::fastcall::noargs_entry!($func, Task, |$task| $body);
 
         static $def: MethodDef = MethodDef::meth_noargs($name, $func, $doc);
     };
@@ -1739,17 +1727,19 @@ task_noargs!(
     task_done,
     c"done",
     c"done($self, /)\n--\n\nReturn True if the future is done.",
-    |task, py| Ok(PyBool::new(py, task.st.borrow(py)?.phase != Phase::Pending)
-        .to_owned()
-        .into_ptr())
+    |task| Ok(
+        PyBool::new(task.py(), task.get().phase(task.py())? != Phase::Pending)
+            .to_owned()
+            .into_ptr()
+    )
 );
 task_noargs!(
     CANCELLED,
     task_cancelled,
     c"cancelled",
     c"cancelled($self, /)\n--\n\nReturn True if the future was cancelled.",
-    |task, py| Ok(
-        PyBool::new(py, task.st.borrow(py)?.phase == Phase::Cancelled)
+    |task| Ok(
+        PyBool::new(task.py(), task.get().phase(task.py())? == Phase::Cancelled)
             .to_owned()
             .into_ptr()
     )
@@ -1759,14 +1749,14 @@ task_noargs!(
     task_result,
     c"result",
     c"result($self, /)\n--\n\nReturn the result this future represents.",
-    |task, py| Ok(task.result_impl(py)?.into_ptr())
+    |task| Ok(task.get().result_impl(task.py())?.into_ptr())
 );
 task_noargs!(
     EXCEPTION,
     task_exception,
     c"exception",
     c"exception($self, /)\n--\n\nReturn the exception that was set on this future.",
-    |task, py| Ok(task.exception_impl(py)?.into_ptr())
+    |task| Ok(task.get().exception_impl(task.py())?.into_ptr())
 );
 
 /// `add_done_callback(fn, /, *, context=None)`.
@@ -1780,31 +1770,30 @@ unsafe extern "C" fn task_add_done_callback(
     let py = unsafe { Python::assume_attached() };
     entry(py, || {
         // SAFETY: `nargsf` comes from CPython's vectorcall protocol.
-        let nargs = unsafe { ffi::PyVectorcall_NARGS(nargsf as usize) };
+        let nargs = unsafe { ffi::PyVectorcall_NARGS(nargsf as usize) } as usize;
         if nargs != 1 {
             return Err(PyTypeError::new_err(format!(
                 "add_done_callback() takes exactly 1 positional argument ({nargs} given)"
             )));
         }
+        // SAFETY: as CPython passes them to this METH_FASTCALL | METH_KEYWORDS method.
+        let (kwnames, raw) = unsafe { crate::fastcall::vector_args(py, args, nargs, &kwnames) };
         let mut context = None;
-        if !kwnames.is_null() {
-            // SAFETY: a non-NULL `kwnames` is a tuple of str, borrowed for the call.
-            let names = unsafe { Borrowed::from_ptr(py, kwnames).cast_unchecked::<PyTuple>() };
-            for (i, name) in names.iter().enumerate() {
-                if !crate::fastcall::is_context_name(&name) {
-                    return Err(PyTypeError::new_err(format!(
-                        "add_done_callback() got an unexpected keyword argument '{name}'"
-                    )));
-                }
-                // SAFETY: the keyword values follow the one positional argument, borrowed.
-                context = Some(unsafe { Borrowed::from_ptr(py, *args.add(1 + i)) }.to_owned());
+        for (name, &value) in kwnames.into_iter().flatten().zip(&raw[1..]) {
+            if !crate::fastcall::is_context_name(&name) {
+                return Err(PyTypeError::new_err(format!(
+                    "add_done_callback() got an unexpected keyword argument '{name}'"
+                )));
             }
+            // SAFETY: a keyword value, a live object borrowed for the call.
+            context = Some(unsafe { Borrowed::from_ptr(py, value) }.to_owned());
         }
-        // SAFETY: the descriptor checked `slf`'s type; one positional argument, borrowed.
+        // SAFETY: the descriptor checked `slf`'s type; `raw[0]` is the one positional argument,
+        // borrowed.
         let (task, callback) = unsafe {
             (
                 Borrowed::from_ptr(py, slf).cast_unchecked::<Task>(),
-                Borrowed::from_ptr(py, *args).to_owned(),
+                Borrowed::from_ptr(py, raw[0]).to_owned(),
             )
         };
         Task::add_callback(&task, callback, context)?;
@@ -1921,12 +1910,15 @@ unsafe extern "C" fn task_finalize(obj: *mut ffi::PyObject) {
 }
 
 impl Task {
+    /// The task's phase (`done()`, `cancelled()`).
+    fn phase(&self, py: Python<'_>) -> PyResult<Phase> {
+        Ok(self.st.borrow(py)?.phase)
+    }
+
     /// Whether `finalize` has something to report: the same tests, without taking anything.
     fn has_report(&self) -> bool {
         self.st.try_borrow_for_gc().is_some_and(|st| {
-            st.loop_.is_some()
-                && ((st.phase == Phase::Pending && st.log_destroy_pending && st.started)
-                    || (st.log_tb && st.exception.is_some()))
+            st.loop_.is_some() && (st.reports_pending() || (st.log_tb && st.exception.is_some()))
         })
     }
 
@@ -1996,7 +1988,7 @@ impl Task {
             let Some(mut st) = slf.get().st.try_borrow_for_gc() else {
                 return Ok(());
             };
-            let pending = st.phase == Phase::Pending && st.log_destroy_pending && st.started;
+            let pending = st.reports_pending();
             let unretrieved = if st.log_tb {
                 st.log_tb = false;
                 st.exception.as_ref().map(|e| e.clone_ref(py))

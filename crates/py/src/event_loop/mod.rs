@@ -353,7 +353,8 @@ impl LoopCore {
             .timers
             .insert(key, timer.clone_ref(py));
         timer.get().set_timer_id(id.to_bits());
-        crate::handle::untrack_scheduled(&timer);
+        // Out of the collector's lists while in the heap (see handle.rs's invariants).
+        crate::handle::gc_untrack(&timer);
         Ok(timer)
     }
 
