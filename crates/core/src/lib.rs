@@ -8,7 +8,9 @@
 //!
 //! The [`http`] module is the server's HTTP/1.1 codec, sans-IO (bytes in, parsed heads and body
 //! runs out, response bytes to send): the native connection layer drives it, and it can be tested
-//! and fuzzed without sockets or Python.
+//! and fuzzed without sockets or Python. The [`ws`] module is the WebSocket (RFC 6455) codec for
+//! the connections the server upgrades, sans-IO in the same way: client bytes in, messages and
+//! control frames out, frame headers to send.
 //!
 //! Ownership rule for the whole crate: a `Poller` and a `Timers` are owned by exactly one loop
 //! thread; only `Injector` (and the `Waker` inside it) is shared with other threads, and it is
@@ -22,8 +24,11 @@ pub mod outq;
 pub mod poller;
 pub mod ready;
 pub mod sys;
+#[cfg(test)]
+mod test_rng;
 pub mod timers;
 pub mod waker;
+pub mod ws;
 
 pub use inject::{Injector, PushOutcome};
 pub use intmap::IntMap;

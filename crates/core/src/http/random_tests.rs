@@ -4,21 +4,7 @@
 
 use super::{parse_head, BodyDecoder, BodyKind, Head, HttpError, Limits};
 
-/// xorshift64*: small, deterministic, good enough to spread mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+use crate::test_rng::Rng;
 
 const HEAD_SEEDS: &[&[u8]] = &[
     b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
