@@ -216,6 +216,71 @@ pub fn encode_head(
 }
 
 /// Validates the application's fields and collects what matters for framing.
+/// Appends a `101 Switching Protocols` head that accepts a WebSocket upgrade (RFC 6455 §4.2.2):
+/// `upgrade`, `connection` and `sec-websocket-accept` (`accept`, computed by the caller), the
+/// chosen `subprotocol` if any, the server's fields, then the application's `headers` (checked
+/// as in [`encode_head`]; ones that would contradict the upgrade, such as `content-length`,
+/// `transfer-encoding`, `connection`, `upgrade` or `sec-websocket-accept`, are refused). On
+/// `Err`, `out` is unchanged.
+pub fn encode_upgrade_head(
+    out: &mut Vec<u8>,
+    accept: &[u8],
+    subprotocol: Option<&[u8]>,
+    headers: &[(&[u8], &[u8])],
+    fields: &ServerFields<'_>,
+) -> Result<(), HeaderError> {
+    const RESERVED: [&[u8]; 6] = [
+        b"content-length",
+        b"transfer-encoding",
+        b"connection",
+        b"upgrade",
+        b"sec-websocket-accept",
+        b"sec-websocket-extensions",
+    ];
+    let app = scan_fields(headers)?;
+    if let Some((name, _)) = headers
+        .iter()
+        .find(|(n, _)| RESERVED.iter().any(|r| r.eq_ignore_ascii_case(n)))
+    {
+        return Err(HeaderError(format!(
+            "header {:?} cannot be set on a WebSocket accept (the server writes the upgrade's \
+             own fields)",
+            ascii(name)
+        )));
+    }
+    if let Some(p) = subprotocol {
+        if p.is_empty() || !p.iter().copied().all(is_tchar) {
+            return Err(HeaderError(format!(
+                "subprotocol {:?} is not an RFC 9110 token",
+                ascii(p)
+            )));
+        }
+    }
+    for (name, value) in [(&b"date"[..], fields.date), (b"server", fields.server)] {
+        if value.is_some_and(|v| !valid_value(v)) {
+            return Err(HeaderError(format!(
+                "{} value contains CR, LF or NUL",
+                ascii(name)
+            )));
+        }
+    }
+    out.extend_from_slice(
+        b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n",
+    );
+    push_field(out, b"sec-websocket-accept", accept);
+    if let Some(p) = subprotocol {
+        push_field(out, b"sec-websocket-protocol", p);
+    }
+    fields.push(out, app.date, app.server, |name| {
+        headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
+    });
+    for &(name, value) in headers {
+        push_field(out, name, value);
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(())
+}
+
 fn scan_fields(headers: &[(&[u8], &[u8])]) -> Result<AppFields, HeaderError> {
     let mut app = AppFields::default();
     for &(name, value) in headers {

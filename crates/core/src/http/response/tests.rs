@@ -593,3 +593,50 @@ fn valid_field_wants_a_token_name_and_a_clean_value() {
     assert!(!valid_field(b"x", b"a\r\nInjected: 1"));
     assert!(!valid_field(b"x", b"nul\0"));
 }
+
+#[test]
+fn upgrade_head_carries_the_accept_key_the_subprotocol_and_the_fields() {
+    let fields = ServerFields {
+        date: Some(b"Fri, 27 Nov 2026 06:00:00 GMT"),
+        server: Some(b"ferroloop"),
+        extra: &[],
+    };
+    let mut out = Vec::new();
+    let app: &[(&[u8], &[u8])] = &[(b"x-app", b"1")];
+    encode_upgrade_head(
+        &mut out,
+        b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=",
+        Some(b"chat"),
+        app,
+        &fields,
+    )
+    .unwrap();
+    let want = "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\
+                sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\
+                sec-websocket-protocol: chat\r\ndate: Fri, 27 Nov 2026 06:00:00 GMT\r\n\
+                server: ferroloop\r\nx-app: 1\r\n\r\n";
+    assert_eq!(String::from_utf8_lossy(&out), want);
+}
+
+#[test]
+fn upgrade_head_refuses_fields_that_contradict_the_upgrade_and_leaves_out_unchanged() {
+    let fields = ServerFields {
+        date: None,
+        server: None,
+        extra: &[],
+    };
+    for app in [
+        &[(&b"Content-Length"[..], &b"0"[..])][..],
+        &[(b"connection", b"close")],
+        &[(b"upgrade", b"h2c")],
+        &[(b"bad name", b"v")],
+        &[(b"x", b"a\r\nb")],
+    ] {
+        let mut out = b"kept".to_vec();
+        assert!(encode_upgrade_head(&mut out, b"k", None, app, &fields).is_err());
+        assert_eq!(out, b"kept");
+    }
+    let mut out = Vec::new();
+    assert!(encode_upgrade_head(&mut out, b"k", Some(b"a b"), &[], &fields).is_err());
+    assert!(out.is_empty());
+}
