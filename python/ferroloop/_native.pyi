@@ -10,6 +10,7 @@ from typing_extensions import disjoint_base
 __all__ = [
     "DEBUG_BUILD",
     "HANDLE_POOL",
+    "ClientDisconnected",
     "Connection",
     "DatagramCore",
     "Handle",
@@ -219,6 +220,9 @@ class LoopCore:
         self, callback: Callable[[int, float], object], n: int, interval_us: int
     ) -> None: ...
 
+class ClientDisconnected(OSError):
+    """Raised by a WebSocket's ``send()`` after the client closed or the connection ended."""
+
 @final
 class HttpServer:
     """The native HTTP/1.1 server of one listening socket, on one ferroloop loop."""
@@ -248,6 +252,11 @@ class HttpServer:
         plain_app: Callable[..., Any] | None = None,
         native_tasks: bool = True,
         trace_connections: Callable[[Any, bool], object] | None = None,
+        ws: bool = True,
+        ws_max_size: int = 16777216,
+        ws_max_queue: int = 32,
+        ws_ping_interval: float | None = ...,
+        ws_ping_timeout: float | None = ...,
     ) -> HttpServer: ...
     def start(self) -> None: ...
     def close(self) -> None: ...

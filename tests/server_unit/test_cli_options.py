@@ -75,6 +75,12 @@ def test_every_option():
         "--reset-contextvars",
         "--h11-max-incomplete-event-size", "4096",
         "--timeout-worker-healthcheck", "2.5",
+        "--ws", "wsproto",
+        "--ws-max-size", "1024",
+        "--ws-max-queue", "4",
+        "--ws-ping-interval", "5",
+        "--ws-ping-timeout", "0",
+        "--no-ws-per-message-deflate",
     ]  # fmt: skip
     options = parse_args(argv)
     assert options == {
@@ -122,7 +128,12 @@ def test_every_option():
         "timeout_worker_healthcheck": 2.5,
         "loop": None,
         "http": None,
-        "ws": None,
+        "ws": "wsproto",
+        "ws_max_size": 1024,
+        "ws_max_queue": 4,
+        "ws_ping_interval": 5.0,
+        "ws_ping_timeout": 0.0,
+        "ws_per_message_deflate": False,
     }
 
 

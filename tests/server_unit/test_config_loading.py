@@ -330,6 +330,11 @@ def test_http_server_options():
         "reset_contextvars": False,
         "native_tasks": True,
         "trace_connections": None,  # set only at trace level
+        "ws": True,
+        "ws_max_size": 16 * 1024 * 1024,
+        "ws_max_queue": 32,
+        "ws_ping_interval": 20.0,
+        "ws_ping_timeout": 20.0,
     }
     cfg = config(
         "m:app",
@@ -369,3 +374,18 @@ def test_jittered_request_limit():
     rng = random.Random(1)
     values = {jittered_request_limit(100, 10, rng) for _ in range(500)}
     assert values == set(range(100, 111))  # inclusive on both ends, every value reachable
+
+
+def test_websocket_options():
+    assert config("m:app", ws="none").http_server_options()["ws"] is False
+    for name in ("auto", "websockets", "websockets-sansio", "wsproto"):
+        assert config("m:app", ws=name).http_server_options()["ws"] is True
+    # uvicorn's 0 means "no pings" / "no pong deadline".
+    options = config("m:app", ws_ping_interval=0, ws_ping_timeout=0).http_server_options()
+    assert options["ws_ping_interval"] is None and options["ws_ping_timeout"] is None
+    with pytest.raises(ValueError, match="ws must be one of"):
+        config("m:app", ws="asyncio")
+    with pytest.raises(ValueError, match="ws_max_size must be more than zero"):
+        config("m:app", ws_max_size=0)
+    with pytest.raises(ValueError, match="ws_ping_interval must be"):
+        config("m:app", ws_ping_interval=-1)

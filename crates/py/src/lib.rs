@@ -36,6 +36,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<server::Conn>()?;
     m.add_class::<server::Cycle>()?;
     m.add_class::<server::Ready>()?;
+    m.add(
+        "ClientDisconnected",
+        m.py().get_type::<server::ClientDisconnected>(),
+    )?;
     m.add_class::<transport::StreamCore>()?;
     m.add_class::<transport::DatagramCore>()?;
     m.add_class::<transport::TlsRecords>()?;

@@ -9,8 +9,9 @@ graceful shutdown, workers and reload. The HTTP path itself is native
 
 from __future__ import annotations
 
+from .._native import ClientDisconnected
 from .config import Config
 from .serve import serve
 from .server import Server
 
-__all__ = ["Config", "Server", "serve"]
+__all__ = ["ClientDisconnected", "Config", "Server", "serve"]

@@ -2,8 +2,10 @@
 
 Each option has uvicorn's name and default, so switching is changing the program's name; the
 ferroloop-only ones are the HTTP limits (``--timeout-header``, ``--limit-*``) and
-``--reuse-port``. uvicorn's ``--loop``, ``--http`` and ``--ws`` are accepted and ignored (with a
-warning), so that existing command lines keep working. docs/server.md lists every option.
+``--reuse-port``. uvicorn's ``--loop`` and ``--http`` are accepted and ignored (with a warning),
+so that existing command lines keep working; ``--ws`` picks between the native WebSocket
+implementation (``auto`` and uvicorn's implementation names) and ``none``. docs/server.md lists
+every option.
 """
 
 from __future__ import annotations
@@ -167,7 +169,38 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="uvicorn's h11 limit, taken as --limit-header-size",
     )
-    for name in ("--loop", "--http", "--ws"):
+    add(
+        "--ws",
+        default="auto",
+        help="WebSocket support: 'auto' (the native implementation; uvicorn's 'websockets', "
+        "'websockets-sansio' and 'wsproto' choose it too) or 'none' (upgrades are plain HTTP)",
+    )
+    add("--ws-max-size", type=int, default=16777216, help="largest WebSocket message (1009)")
+    add(
+        "--ws-max-queue",
+        type=int,
+        default=32,
+        help="WebSocket messages received and not yet read by the app before reading pauses",
+    )
+    add(
+        "--ws-ping-interval",
+        type=float,
+        default=20.0,
+        help="seconds between WebSocket keepalive pings (0: none)",
+    )
+    add(
+        "--ws-ping-timeout",
+        type=float,
+        default=20.0,
+        help="seconds a keepalive ping waits for its pong before closing with 1011 (0: no limit)",
+    )
+    add(
+        "--ws-per-message-deflate",
+        action=_BOOL,
+        default=True,
+        help="uvicorn option, accepted: compression is not negotiated yet (see docs/server.md)",
+    )
+    for name in ("--loop", "--http"):
         add(name, default=None, help="uvicorn option, accepted and ignored")
     add("--version", action="store_true", help="print the version and exit")
     return parser

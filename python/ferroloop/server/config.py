@@ -119,7 +119,12 @@ class Config:
         limit_max_requests_jitter: int | None = None,
         loop: str | None = None,
         http: str | None = None,
-        ws: str | None = None,
+        ws: str | None = "auto",
+        ws_max_size: int = 16 * 1024 * 1024,
+        ws_max_queue: int = 32,
+        ws_ping_interval: float | None = 20.0,
+        ws_ping_timeout: float | None = 20.0,
+        ws_per_message_deflate: bool = True,
     ) -> None:
         self.app = app
         self.host = host
@@ -169,6 +174,14 @@ class Config:
         self.timeout_worker_healthcheck = timeout_worker_healthcheck
         self.timeout_notify = timeout_notify
         self.callback_notify = callback_notify
+        self.ws = "auto" if ws is None else ws
+        self.ws_max_size = ws_max_size
+        self.ws_max_queue = ws_max_queue
+        # uvicorn takes 0 (or None) as "no keepalive pings" / "no pong deadline".
+        self.ws_ping_interval = ws_ping_interval or None
+        self.ws_ping_timeout = ws_ping_timeout or None
+        # Accepted for uvicorn's command lines; permessage-deflate is not negotiated yet.
+        self.ws_per_message_deflate = ws_per_message_deflate
 
         self.loaded = False
         self.loaded_app: Any = None
@@ -177,7 +190,7 @@ class Config:
         # would pass through unchanged.
         self.plain_app: Any = None
         self._validate()
-        for name, value in (("loop", loop), ("http", http), ("ws", ws)):
+        for name, value in (("loop", loop), ("http", http)):
             if value not in (None, "auto", "none"):
                 logger.warning(
                     "%s=%r is a uvicorn option that ferroloop ignores: the loop is always "
@@ -246,6 +259,12 @@ class Config:
         _positive("reload_delay", self.reload_delay)
         _positive("timeout_worker_healthcheck", self.timeout_worker_healthcheck)
         _positive("timeout_notify", self.timeout_notify)
+        if self.ws not in WS_CHOICES:
+            raise ValueError(f"ws must be one of {', '.join(WS_CHOICES)}, not {self.ws!r}")
+        _positive("ws_max_size", self.ws_max_size)
+        _positive("ws_max_queue", self.ws_max_queue)
+        _positive("ws_ping_interval", self.ws_ping_interval)
+        _positive("ws_ping_timeout", self.ws_ping_timeout)
         if self.callback_notify is not None and not callable(self.callback_notify):
             raise ValueError(f"callback_notify must be callable, not {self.callback_notify!r}")
 
@@ -342,8 +361,16 @@ class Config:
             "trace_connections": (
                 message_logger.trace_connection if message_logger.wanted() else None
             ),
+            "ws": self.ws != "none",
+            "ws_max_size": self.ws_max_size,
+            "ws_max_queue": self.ws_max_queue,
+            "ws_ping_interval": self.ws_ping_interval,
+            "ws_ping_timeout": self.ws_ping_timeout,
         }
 
+
+# uvicorn's --ws choices: each implementation name selects the native one here.
+WS_CHOICES = ("auto", "none", "websockets", "websockets-sansio", "wsproto")
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 

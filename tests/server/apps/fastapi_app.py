@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import BackgroundTasks, FastAPI, Request
+from fastapi import BackgroundTasks, FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
@@ -59,3 +59,14 @@ async def background(name: str, tasks: BackgroundTasks) -> dict[str, str]:
 @app.get("/state")
 async def state(request: Request) -> dict[str, str]:
     return {"greeting": request.state.greeting}
+
+
+@app.websocket("/ws/items")
+async def items_socket(websocket: WebSocket, prefix: str = "item") -> None:
+    await websocket.accept()
+    try:
+        while True:
+            item = await websocket.receive_json()
+            await websocket.send_json({prefix: item["name"]})
+    except WebSocketDisconnect:
+        return

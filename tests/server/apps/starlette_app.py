@@ -8,7 +8,8 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 
 @asynccontextmanager
@@ -35,8 +36,24 @@ async def state(request: Request) -> JSONResponse:
     return JSONResponse({"greeting": request.state.greeting})
 
 
+async def websocket(ws: WebSocket) -> None:
+    await ws.accept()
+    try:
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            if message.get("text") is not None:
+                await ws.send_text("pong: " + message["text"])
+            else:
+                await ws.send_bytes(message["bytes"][::-1])
+    except WebSocketDisconnect:
+        return
+
+
 app = Starlette(
     routes=[
+        WebSocketRoute("/ws", websocket),
         Route("/echo", echo, methods=["POST"]),
         Route("/stream", stream),
         Route("/state", state),

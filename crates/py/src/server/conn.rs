@@ -36,6 +36,7 @@ use pyo3::PyTraverseError;
 
 use super::cycle::{Cycle, Ready};
 use super::scope::{self, RequestFacts};
+use super::websocket::{self, Upgrade, WsSession};
 use super::HttpServer;
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
@@ -101,6 +102,8 @@ pub(super) struct Request {
     pub(super) resp: Response,
     pub(super) receive_waiter: Option<Py<PyAny>>,
     pub(super) drain_waiter: Option<Py<PyAny>>,
+    /// The request is a WebSocket upgrade (`websocket.rs`): its session.
+    pub(super) ws: Option<Box<WsSession>>,
 }
 
 #[allow(clippy::struct_excessive_bools)] // independent facts about one socket
@@ -120,6 +123,9 @@ pub(super) struct ConnState {
     pub(super) deadline: f64,
     /// The deadline is the header timeout (part of a head has arrived).
     pub(super) header_clock: bool,
+    /// The sequence number of the connection's WebSocket request, 0 if none: its cycle's
+    /// `receive()`/`send()` take the WebSocket paths even after the request left `req`.
+    pub(super) ws_seq: u64,
 }
 
 /// One access log line: `(client, method, path, http_version, status)`. `client` is the scope's
@@ -190,6 +196,7 @@ impl Conn {
                     req: None,
                     deadline,
                     header_clock: true,
+                    ws_seq: 0,
                 }),
             },
         )?;
@@ -369,13 +376,20 @@ impl Conn {
             if !waiting {
                 return Ok(());
             }
+            let is_ws = st.ws_seq == st.seq;
             let built = scope::build_scope(
                 py,
                 server.base(),
                 &st.rbuf[st.rpos..],
                 &st.head,
                 &this.client,
-            );
+            )
+            .and_then(|(scope, facts)| {
+                if is_ws {
+                    scope::to_websocket_scope(py, &scope, &st.rbuf[st.rpos..], &st.head)?;
+                }
+                Ok((scope, facts))
+            });
             st.rpos += st.head.head_len;
             let req = st.req.as_mut().expect("checked above");
             let seq = req.seq;
@@ -450,14 +464,23 @@ impl Conn {
                     Self::reject(py, server, st, fx, &e);
                     return false;
                 }
+                let ws = match websocket::upgrade_step(py, server, st, fx) {
+                    Upgrade::No => None,
+                    Upgrade::Yes(session) => Some(session),
+                    Upgrade::Refused(_) => return false,
+                };
                 let head = &st.head;
                 let is_head = st.rbuf[st.rpos..][head.method.clone()] == *b"HEAD";
                 let info = RequestInfo {
                     version: head.version,
                     is_head,
-                    keep_alive: head.keep_alive,
+                    // Nothing follows a WebSocket on its connection.
+                    keep_alive: head.keep_alive && ws.is_none(),
                 };
                 st.seq += 1;
+                if ws.is_some() {
+                    st.ws_seq = st.seq;
+                }
                 st.req = Some(Request {
                     seq: st.seq,
                     info,
@@ -470,6 +493,7 @@ impl Conn {
                     resp: Response::default(),
                     receive_waiter: None,
                     drain_waiter: None,
+                    ws,
                 });
                 st.phase = Phase::Busy;
                 st.deadline = f64::INFINITY;
@@ -523,6 +547,9 @@ impl Conn {
         st: &mut ConnState,
         fx: &mut Effects,
     ) -> PyResult<()> {
+        if st.req.as_ref().is_some_and(|r| r.ws.is_some()) {
+            return Self::ws_input(py, server, st, fx);
+        }
         let waiting = st.req.as_ref().is_some_and(|r| r.receive_waiter.is_some());
         if waiting {
             let msg = Self::next_message(py, server, st, fx)?;
@@ -630,7 +657,14 @@ impl Conn {
         {
             let mut st = this.state.borrow(py)?;
             let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
-            if current && st.phase == Phase::Busy {
+            let ws_open = st
+                .req
+                .as_ref()
+                .and_then(|r| r.ws.as_ref())
+                .is_some_and(|ws| ws.is_open());
+            if current && ws_open {
+                Self::ws_app_finished(&mut st, &mut fx, exc.is_some() || cancelled);
+            } else if current && st.phase == Phase::Busy {
                 let started = st.req.as_ref().is_some_and(|r| r.resp.started);
                 // An app told the client is gone may stop without finishing its response: not
                 // its error (uvicorn checks `disconnected` the same way), so nothing is logged
@@ -649,10 +683,12 @@ impl Conn {
                     fx.close = true;
                 } else {
                     if returned {
-                        fx.logs.push((
-                            "ASGI callable returned without starting response.".into(),
-                            None,
-                        ));
+                        let what = if st.req.as_ref().is_some_and(|r| r.ws.is_some()) {
+                            "ASGI callable returned without completing handshake."
+                        } else {
+                            "ASGI callable returned without starting response."
+                        };
+                        fx.logs.push((what.into(), None));
                     }
                     let date = server.date(py);
                     let is_head = st.req.as_ref().is_some_and(|r| r.info.is_head);
@@ -685,8 +721,18 @@ impl Conn {
             st.rpos = 0;
             let mut waiters = Vec::new();
             if let Some(req) = st.req.as_mut() {
-                waiters.extend(req.receive_waiter.take().map(|f| (f, true)));
-                waiters.extend(req.drain_waiter.take().map(|f| (f, false)));
+                let ws_code = req.ws.as_mut().map(|ws| ws.gone_code());
+                let receive = req.receive_waiter.take();
+                match (receive, ws_code) {
+                    (Some(f), Some((code, reason))) => {
+                        waiters.push((f, Some(websocket::disconnect_message(py, code, &reason)?)));
+                    }
+                    (Some(f), None) => {
+                        waiters.push((f, Some(scope::disconnect_message(py)?.into_any().unbind())));
+                    }
+                    (None, _) => {}
+                }
+                waiters.extend(req.drain_waiter.take().map(|f| (f, None)));
             }
             (
                 std::mem::replace(&mut st.reading, false),
@@ -709,12 +755,8 @@ impl Conn {
         let server = this.server.bind(py).get();
         drop(server.conn_closed(py, this.fd));
         server.trace_connection(py, this.client.clone_ref(py), false);
-        for (fut, is_receive) in waiters {
-            let value = if is_receive {
-                scope::disconnect_message(py)?.into_any().unbind()
-            } else {
-                py.None()
-            };
+        for (fut, value) in waiters {
+            let value = value.unwrap_or_else(|| py.None());
             let fut = fut.bind(py);
             if !fut.call_method0(intern!(py, "done"))?.is_truthy()? {
                 fut.call_method1(intern!(py, "set_result"), (value,))?;
@@ -731,6 +773,12 @@ impl Conn {
         let this = slf.get();
         let pending = {
             let mut st = this.state.borrow(py)?;
+            if st.phase == Phase::Busy && st.req.as_ref().is_some_and(|r| r.ws.is_some()) {
+                let mut fx = Effects::default();
+                Self::ws_shutdown(py, &mut st, &mut fx);
+                drop(st);
+                return Self::apply(slf, fx);
+            }
             if st.phase != Phase::Idle {
                 return Ok(());
             }
@@ -768,6 +816,10 @@ impl Conn {
                     st.deadline = now + LINGER;
                 }
                 Phase::Idle | Phase::Lingering | Phase::Closing => fx.close = true,
+                Phase::Busy if st.req.as_ref().is_some_and(|r| r.ws.is_some()) => {
+                    let server = this.server.bind(py).get();
+                    Self::ws_deadline(server, &mut st, &mut fx, now);
+                }
                 Phase::Busy | Phase::Closed => {}
             }
         }

@@ -22,6 +22,7 @@ mod cycle;
 mod receive;
 mod respond;
 mod scope;
+mod websocket;
 
 use std::io::{self, Write as _};
 use std::os::fd::RawFd;
@@ -38,10 +39,12 @@ use pyo3::PyTraverseError;
 
 pub use conn::Conn;
 pub use cycle::{install_ready_am_send, Cycle, Ready};
+pub use websocket::ClientDisconnected;
 
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
 use scope::ScopeBase;
+use websocket::WsOptions;
 
 /// The server's fixed configuration.
 #[allow(
@@ -63,6 +66,9 @@ pub(crate) struct Options {
     pub reset_contextvars: bool,
     /// Run apps in `ferroloop.Task`s (`task.rs`) rather than asyncio's Task.
     pub native_tasks: bool,
+    /// WebSocket upgrades are served (`--ws`, on by default); `None`: an upgrade request is an
+    /// ordinary HTTP request (`--ws none`).
+    pub ws: Option<WsOptions>,
 }
 
 struct ServerState {
@@ -132,7 +138,8 @@ impl HttpServer {
         limit_header_size=65536, limit_headers=100, limit_uri=8192, limit_body=None,
         server_header=true, date_header=true, headers=Vec::new(), reset_contextvars=false,
         access_log=None, log_error=None, plain_app=None, native_tasks=true,
-        trace_connections=None))]
+        trace_connections=None, ws=true, ws_max_size=16_777_216, ws_max_queue=32,
+        ws_ping_interval=Some(20.0), ws_ping_timeout=Some(20.0)))]
     #[allow(clippy::too_many_arguments)]
     #[allow(
         clippy::fn_params_excessive_bools,
@@ -162,6 +169,11 @@ impl HttpServer {
         plain_app: Option<Py<PyAny>>,
         native_tasks: bool,
         trace_connections: Option<Py<PyAny>>,
+        ws: bool,
+        ws_max_size: usize,
+        ws_max_queue: usize,
+        ws_ping_interval: Option<f64>,
+        ws_ping_timeout: Option<f64>,
     ) -> PyResult<Self> {
         let loop_ = r#loop.cast::<LoopCore>().map_err(|_| {
             PyTypeError::new_err("HttpServer needs a ferroloop loop (ferroloop.new_event_loop())")
@@ -181,6 +193,17 @@ impl HttpServer {
                 String::from_utf8_lossy(name),
                 String::from_utf8_lossy(value),
             )));
+        }
+        if ws_max_size == 0 || ws_max_queue == 0 {
+            return Err(PyValueError::new_err(
+                "ws_max_size and ws_max_queue must be positive",
+            ));
+        }
+        let positive = |t: Option<f64>| t.is_none_or(|t| t > 0.0);
+        if !(positive(ws_ping_interval) && positive(ws_ping_timeout)) {
+            return Err(PyValueError::new_err(
+                "ws_ping_interval and ws_ping_timeout must be positive or None",
+            ));
         }
         let fd: RawFd = sock.call_method0(intern!(py, "fileno"))?.extract()?;
         if fd < 0 {
@@ -217,6 +240,12 @@ impl HttpServer {
                 extra_headers: headers,
                 reset_contextvars,
                 native_tasks,
+                ws: ws.then_some(WsOptions {
+                    max_size: ws_max_size,
+                    max_queue: ws_max_queue,
+                    ping_interval: ws_ping_interval,
+                    ping_timeout: ws_ping_timeout,
+                }),
             },
             state: LoopCell::new(ServerState {
                 listening: false,

@@ -131,6 +131,10 @@ impl Conn {
         let mut fx = Effects::default();
         let result = {
             let mut st = this.state.borrow(py)?;
+            if st.ws_seq == seq {
+                drop(st);
+                return Self::ws_receive(slf, seq);
+            }
             let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
             if !current || st.phase == Phase::Closed {
                 drop(st);
@@ -156,19 +160,39 @@ impl Conn {
                 st.reading = true;
                 fx.reading = Some(true);
             }
-            if let Some(msg) = msg {
-                Ok(msg)
-            } else {
-                let fut = LoopCore::create_future(server.loop_core().bind(py))?;
-                if let Some(req) = st.req.as_mut() {
-                    req.receive_waiter = Some(fut.clone_ref(py));
-                }
-                Err(fut)
-            }
+            Self::message_or_waiter(py, server, &mut st, msg)?
         };
+        Self::receive_done(slf, fx, result)
+    }
+
+    /// A `receive()`'s answer under the state's borrow: `Ok(message)` now, or `Err(future)`,
+    /// a Future kept as the request's receive waiter and resolved when a message is there.
+    pub(super) fn message_or_waiter(
+        py: Python<'_>,
+        server: &HttpServer,
+        st: &mut ConnState,
+        msg: Option<Py<PyAny>>,
+    ) -> PyResult<Result<Py<PyAny>, Py<PyAny>>> {
+        if let Some(msg) = msg {
+            return Ok(Ok(msg));
+        }
+        let fut = LoopCore::create_future(server.loop_core().bind(py))?;
+        if let Some(req) = st.req.as_mut() {
+            req.receive_waiter = Some(fut.clone_ref(py));
+        }
+        Ok(Err(fut))
+    }
+
+    /// The end of a `receive()`: the effects run, then the message as a ready awaitable, or
+    /// the Future.
+    pub(super) fn receive_done(
+        slf: &Bound<'_, Self>,
+        fx: Effects,
+        result: Result<Py<PyAny>, Py<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
         Self::apply(slf, fx)?;
         match result {
-            Ok(msg) => ready(py, msg),
+            Ok(msg) => ready(slf.py(), msg),
             Err(fut) => Ok(fut),
         }
     }

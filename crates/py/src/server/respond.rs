@@ -39,6 +39,9 @@ impl Conn {
             .cast::<PyString>()
             .map_err(|_| PyTypeError::new_err("ASGI message 'type' must be a str"))?;
         let typ = typ.to_str()?;
+        if this.state.borrow(py)?.ws_seq == seq {
+            return Self::ws_send(slf, seq, typ, message);
+        }
         let mut fx = Effects::default();
         let wait = {
             let mut st = this.state.borrow(py)?;
@@ -92,7 +95,22 @@ impl Conn {
                 }
             }
         };
+        Self::send_done(slf, seq, wait, fx)
+    }
+
+    /// The end of a `send()` (HTTP or WebSocket): a Future resolved when the write queue has
+    /// drained if `wait` and it is still over `WRITE_HIGH`, else the shared ready awaitable;
+    /// the effects run first, and an error they carry is raised after them.
+    pub(super) fn send_done(
+        slf: &Bound<'_, Self>,
+        seq: u64,
+        wait: bool,
+        mut fx: Effects,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
         let fut = if wait {
+            let server = this.server.bind(py).get();
             let fut = LoopCore::create_future(server.loop_core().bind(py))?;
             let mut st = this.state.borrow(py)?;
             let over = st.out.pending() > WRITE_HIGH;
@@ -417,19 +435,29 @@ impl Response {
 /// Calls `f` with the message's `body`: a `bytes` object (what apps send) read in place, another
 /// bytes-like object through the buffer protocol, an absent or `None` body as empty.
 fn with_body<R>(message: &Bound<'_, PyDict>, f: impl FnOnce(&[u8]) -> PyResult<R>) -> PyResult<R> {
-    let Some(body) = message
+    match message
         .get_item(intern!(message.py(), "body"))?
         .filter(|b| !b.is_none())
-    else {
-        return f(b"");
-    };
-    if let Ok(bytes) = body.cast::<PyBytes>() {
+    {
+        Some(body) => with_bytes(&body, "body", f),
+        None => f(b""),
+    }
+}
+
+/// Calls `f` with the bytes of `value` (the message field `key`): a `bytes` object read in place,
+/// another bytes-like object through the buffer protocol.
+pub(super) fn with_bytes<R>(
+    value: &Bound<'_, PyAny>,
+    key: &str,
+    f: impl FnOnce(&[u8]) -> PyResult<R>,
+) -> PyResult<R> {
+    if let Ok(bytes) = value.cast::<PyBytes>() {
         return f(bytes.as_bytes());
     }
-    let buf = pyo3::buffer::PyBuffer::<u8>::get(&body)
-        .map_err(|_| PyTypeError::new_err("'body' must be bytes-like"))?;
+    let buf = pyo3::buffer::PyBuffer::<u8>::get(value)
+        .map_err(|_| PyTypeError::new_err(format!("'{key}' must be bytes-like")))?;
     if !buf.is_c_contiguous() {
-        return Err(PyTypeError::new_err("'body' must be contiguous"));
+        return Err(PyTypeError::new_err(format!("'{key}' must be contiguous")));
     }
     // SAFETY: a contiguous u8 buffer of `len_bytes()` bytes, kept alive by `buf` until `f`
     // returns; `f` writes it to the socket or copies it and runs no Python code that could
@@ -446,7 +474,7 @@ fn version_str(v: Version) -> &'static str {
 }
 
 /// `message[key]` as a bool (absent: false).
-fn flag(message: &Bound<'_, PyDict>, key: &Bound<'_, PyString>) -> PyResult<bool> {
+pub(super) fn flag(message: &Bound<'_, PyDict>, key: &Bound<'_, PyString>) -> PyResult<bool> {
     match message.get_item(key)? {
         Some(v) => v.is_truthy(),
         None => Ok(false),
@@ -454,7 +482,11 @@ fn flag(message: &Bound<'_, PyDict>, key: &Bound<'_, PyString>) -> PyResult<bool
 }
 
 /// `http.response.start`: remembered until the first body part, so both go out in one write.
-fn start_message(py: Python<'_>, st: &mut ConnState, message: &Bound<'_, PyDict>) -> PyResult<()> {
+pub(super) fn start_message(
+    py: Python<'_>,
+    st: &mut ConnState,
+    message: &Bound<'_, PyDict>,
+) -> PyResult<()> {
     let req = st.req.as_mut().expect("current");
     if req.resp.started {
         return Err(PyRuntimeError::new_err(
@@ -532,7 +564,7 @@ pub(super) enum Body<'a> {
 /// The app's headers as owned `bytes` pairs. A list or tuple of 2-tuples (what apps send) is read
 /// by index, without a Python iterator per level; anything else (subclasses too) goes through the
 /// iterator protocol.
-fn header_list<'py>(
+pub(super) fn header_list<'py>(
     headers: &Bound<'py, PyAny>,
 ) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
     if let Ok(list) = headers.cast_exact::<PyList>() {

@@ -277,6 +277,46 @@ pub fn build_scope<'py>(
     Ok((scope, facts))
 }
 
+/// Turns the http scope `build_scope` made for a WebSocket upgrade into a websocket scope, as
+/// uvicorn's: `type` `"websocket"`, `scheme` `ws`/`wss`, no `method`, `subprotocols` from every
+/// `Sec-WebSocket-Protocol` field, and the one extension `websocket.http.response` (the app may
+/// deny the upgrade with an HTTP response). Not on the plain HTTP path: a handshake is rare
+/// next to the messages that follow it.
+pub fn to_websocket_scope(
+    py: Python<'_>,
+    scope: &Bound<'_, PyDict>,
+    buf: &[u8],
+    head: &Head,
+) -> PyResult<()> {
+    scope.set_item(intern!(py, "type"), intern!(py, "websocket"))?;
+    let secure = scope
+        .get_item(intern!(py, "scheme"))?
+        .is_some_and(|s| s.eq(intern!(py, "https")).unwrap_or(false));
+    let scheme = if secure {
+        intern!(py, "wss")
+    } else {
+        intern!(py, "ws")
+    };
+    scope.set_item(intern!(py, "scheme"), scheme)?;
+    scope.del_item(intern!(py, "method"))?;
+    let subprotocols = PyList::empty(py);
+    for (name, value) in head.header_fields(buf) {
+        if name == b"sec-websocket-protocol" {
+            for token in value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if !token.is_empty() {
+                    subprotocols.append(PyString::new(py, &String::from_utf8_lossy(token)))?;
+                }
+            }
+        }
+    }
+    scope.set_item(intern!(py, "subprotocols"), subprotocols)?;
+    let extensions = PyDict::new(py);
+    extensions.set_item(intern!(py, "websocket.http.response"), PyDict::new(py))?;
+    scope.set_item(intern!(py, "extensions"), extensions)?;
+    Ok(())
+}
+
 /// `{"type": "http.request", "body": body, "more_body": more}`.
 pub fn request_message<'py>(
     py: Python<'py>,

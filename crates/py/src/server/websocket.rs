@@ -1,0 +1,904 @@
+//! WebSockets (RFC 6455) on the HTTP server: the upgrade, ASGI's `websocket` messages, and the
+//! frames, decoded and encoded by the sans-IO codec `ferroloop_core::ws`.
+//!
+//! A WebSocket is its connection's last request: the upgrade request becomes the current
+//! `Request` with `ws: Some(WsSession)`, the connection stays `Busy` while the socket is open,
+//! nothing is pipelined behind it, and it never goes back to `Idle`.
+//!
+//! States (`WsState`), all changed on the loop thread:
+//! - `Handshake`: the app has its scope; its first `receive()` gives `websocket.connect`. It
+//!   answers with `websocket.accept` (the 101 is queued: `Open`), `websocket.close` (a 403, then
+//!   the connection closes) or `websocket.http.response.start` (`Denying`: an HTTP response
+//!   through the HTTP path, `Connection: close`).
+//! - `Open`: frames are decoded as they arrive (`ws_input`, from the connection's read path):
+//!   data messages wait in `inbox` for `receive()`, pings are answered at once, and reading
+//!   pauses while `inbox` holds `ws_max_queue` messages or `READ_HIGH` bytes (flow control).
+//!   `close_sent` is set once a close frame is queued (the app's `websocket.close`, the echo of
+//!   the client's, a protocol error, a keepalive timeout or the server's shutdown); after it
+//!   no data frame is sent and data frames that arrive are dropped.
+//!
+//! What the app is told: `receive()` returns the queued messages in order, then
+//! `websocket.disconnect` with `disconnect`'s code: the client's close code (1005 if its close
+//! frame had none), the app's own close code once it sent `websocket.close` (as uvicorn), the
+//! codec's error code (1002, 1007, 1009), 1011 for a keepalive timeout, 1012 at shutdown, or
+//! 1006 when the connection ended without a close frame. A `send()` after the client closed or
+//! the connection ended raises `ClientDisconnected` (an `OSError`, which Starlette turns into
+//! `WebSocketDisconnect`), as under uvicorn.
+//!
+//! Closing: when the client closes first, its close frame is echoed and the server closes TCP
+//! (`start_closing`: write side shut after the queue, then a lingering read). When the app
+//! closes first, reading goes on until the client's close frame answers (or `CLOSE_TIMEOUT`
+//! passes), and then the same. When the app's task ends while the socket is open, a close
+//! frame goes out: 1000 if it returned, 1011 if it raised.
+
+use std::collections::VecDeque;
+
+use ferroloop_core::clock;
+use ferroloop_core::http::{encode_upgrade_head, error_response, Head, HttpError, Version};
+use ferroloop_core::ws::{self, close_payload, encode_head, Decoder, Event, Opcode, MAX_HEAD_LEN};
+use ferroloop_core::OutQueue;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyString};
+
+use super::conn::{
+    flush_now, ready, start_closing, Conn, ConnState, Effects, Phase, READ_HIGH, SMALL_BODY_COPY,
+    WRITE_HIGH,
+};
+use super::respond::{flag, header_list, start_message, with_bytes, Body};
+use super::HttpServer;
+
+create_exception!(
+    ferroloop._native,
+    ClientDisconnected,
+    PyOSError,
+    "The WebSocket client has gone: raised by `send()` after the client closed or the \
+     connection ended (uvicorn's `ClientDisconnected`)."
+);
+
+/// How long the server waits for the client's answer to its close frame before closing TCP
+/// (uvicorn's and the websockets library's default `close_timeout`).
+const CLOSE_TIMEOUT: f64 = 10.0;
+
+/// The server's WebSocket options (`--ws-*`), or none when `--ws none`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WsOptions {
+    /// Largest message accepted, in bytes: 1009 above it (`--ws-max-size`, uvicorn's 16 MiB).
+    pub max_size: usize,
+    /// Messages received and not yet read by the app before reading pauses (`--ws-max-queue`).
+    pub max_queue: usize,
+    /// Seconds between keepalive pings (`--ws-ping-interval`); `None`: no pings.
+    pub ping_interval: Option<f64>,
+    /// Seconds a ping waits for its pong before the connection fails with 1011
+    /// (`--ws-ping-timeout`); `None`: no limit.
+    pub ping_timeout: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WsState {
+    Handshake,
+    Denying,
+    Open,
+}
+
+/// One WebSocket's state, inside its connection's current `Request`.
+pub(super) struct WsSession {
+    state: WsState,
+    accept: [u8; 28],
+    connect_told: bool,
+    decoder: Decoder,
+    inbox: VecDeque<Event>,
+    inbox_bytes: usize,
+    close_sent: bool,
+    /// The client sent a close frame, or the connection ended: `send()` raises
+    /// `ClientDisconnected`.
+    peer_gone: bool,
+    /// The `websocket.disconnect` the app gets once `inbox` is empty.
+    disconnect: Option<(u16, String)>,
+    ping_due: f64,
+    pong_due: f64,
+    close_due: f64,
+    ping_payload: [u8; 4],
+    pings: u32,
+}
+
+impl WsSession {
+    fn new(accept: [u8; 28], opts: &WsOptions) -> Self {
+        Self {
+            state: WsState::Handshake,
+            accept,
+            connect_told: false,
+            decoder: Decoder::new(opts.max_size),
+            inbox: VecDeque::new(),
+            inbox_bytes: 0,
+            close_sent: false,
+            peer_gone: false,
+            disconnect: None,
+            ping_due: f64::INFINITY,
+            pong_due: f64::INFINITY,
+            close_due: f64::INFINITY,
+            ping_payload: [0; 4],
+            pings: 0,
+        }
+    }
+
+    fn deadline(&self) -> f64 {
+        self.ping_due.min(self.pong_due).min(self.close_due)
+    }
+
+    /// The connection ended: the disconnect the app is told (1006 unless a close was
+    /// exchanged or the app closed).
+    pub(super) fn gone_code(&mut self) -> (u16, String) {
+        self.peer_gone = true;
+        self.disconnect.get_or_insert((1006, String::new())).clone()
+    }
+
+    /// Whether the 101 went out: the app's task ending then closes with a close frame.
+    pub(super) fn is_open(&self) -> bool {
+        self.state == WsState::Open
+    }
+}
+
+/// What `websocket_request` decides about a parsed head.
+pub(super) enum Upgrade {
+    /// Not a WebSocket upgrade: an ordinary HTTP request.
+    No,
+    /// A valid upgrade: the session to put in the request.
+    Yes(Box<WsSession>),
+    /// A WebSocket upgrade the server refuses (400, or 426 for an unsupported version).
+    Refused(HttpError),
+}
+
+/// Whether the request in `buf` (parsed into `head`) asks for a WebSocket: `GET`, HTTP/1.1,
+/// `Upgrade: websocket` and `Connection: upgrade` (RFC 6455 §4.2.1), without a body.
+fn websocket_request(buf: &[u8], head: &Head, opts: &WsOptions) -> Upgrade {
+    if head.version != Version::Http11 || &buf[head.method.clone()] != b"GET" {
+        return Upgrade::No;
+    }
+    let (mut upgrade, mut connection, mut version, mut key) = (false, false, None, None);
+    for (name, value) in head.header_fields(buf) {
+        match name {
+            b"upgrade" => upgrade |= ws::has_token(value, b"websocket"),
+            b"connection" => connection |= ws::has_token(value, b"upgrade"),
+            b"sec-websocket-version" => version = version.or(Some(value)),
+            b"sec-websocket-key" => key = key.or(Some(value)),
+            _ => {}
+        }
+    }
+    if !(upgrade && connection) {
+        return Upgrade::No;
+    }
+    if let Err(e) = ws::check_version(version) {
+        return Upgrade::Refused(HttpError {
+            status: e.status,
+            reason: e.reason,
+        });
+    }
+    let Some(key) = key else {
+        return Upgrade::Refused(HttpError {
+            status: 400,
+            reason: "WebSocket upgrade without Sec-WebSocket-Key",
+        });
+    };
+    if let Err(e) = ws::check_key(key) {
+        return Upgrade::Refused(HttpError {
+            status: e.status,
+            reason: e.reason,
+        });
+    }
+    if head.body != ferroloop_core::http::BodyKind::Empty {
+        return Upgrade::Refused(HttpError {
+            status: 400,
+            reason: "WebSocket upgrade request with a body",
+        });
+    }
+    Upgrade::Yes(Box::new(WsSession::new(ws::accept_key(key), opts)))
+}
+
+/// `idle_step`'s question about a parsed head: an ordinary request, a WebSocket (its session),
+/// or an upgrade refused, whose answer is then queued and the connection closing.
+pub(super) fn upgrade_step(
+    py: Python<'_>,
+    server: &HttpServer,
+    st: &mut ConnState,
+    fx: &mut Effects,
+) -> Upgrade {
+    let Some(opts) = server.opts().ws else {
+        return Upgrade::No;
+    };
+    match websocket_request(&st.rbuf[st.rpos..], &st.head, &opts) {
+        Upgrade::Refused(e) if e.status == 426 => {
+            let date = server.date(py);
+            let bytes = version_refusal(server, date.as_ref().map(|d| &d[..]), &e);
+            st.out.push(&bytes);
+            st.rbuf.clear();
+            st.rpos = 0;
+            st.phase = Phase::Closing;
+            fx.warnings
+                .push(format!("invalid WebSocket request: {}", e.reason));
+            let fd = st.fd;
+            start_closing(st, fx, fd);
+            Upgrade::Refused(e)
+        }
+        Upgrade::Refused(e) => {
+            Conn::reject(py, server, st, fx, &e);
+            Upgrade::Refused(e)
+        }
+        other => other,
+    }
+}
+
+/// The 426 answer to an upgrade in a version other than 13, which must name the version served
+/// (RFC 6455 §4.4).
+fn version_refusal(server: &HttpServer, date: Option<&[u8]>, e: &HttpError) -> Vec<u8> {
+    let mut extra = server.opts().extra_headers.clone();
+    extra.push((b"sec-websocket-version".to_vec(), b"13".to_vec()));
+    let fields = ferroloop_core::http::ServerFields {
+        extra: &extra,
+        ..server.fields(date)
+    };
+    error_response(e.status, e.reason, &fields, false)
+}
+
+/// `{"type": "websocket.disconnect", "code": code, "reason": reason}`.
+pub(super) fn disconnect_message(py: Python<'_>, code: u16, reason: &str) -> PyResult<Py<PyAny>> {
+    let msg = PyDict::new(py);
+    msg.set_item(intern!(py, "type"), intern!(py, "websocket.disconnect"))?;
+    msg.set_item(intern!(py, "code"), code)?;
+    msg.set_item(intern!(py, "reason"), reason)?;
+    Ok(msg.into_any().unbind())
+}
+
+/// Queues one whole frame (header and payload copied into the queue).
+fn queue_frame(out: &mut OutQueue, op: Opcode, payload: &[u8]) {
+    let mut head = [0u8; MAX_HEAD_LEN];
+    let n = encode_head(op, true, payload.len(), &mut head);
+    out.with_tail(|b| {
+        b.extend_from_slice(&head[..n]);
+        b.extend_from_slice(payload);
+    });
+}
+
+/// Queues a close frame with `code` and `reason`, and notes it was sent.
+fn queue_close(st: &mut ConnState, code: Option<u16>, reason: &[u8]) {
+    let payload = code.map_or_else(Vec::new, |c| close_payload(c, reason));
+    queue_frame(&mut st.out, Opcode::Close, &payload);
+    if let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) {
+        ws.close_sent = true;
+        ws.ping_due = f64::INFINITY;
+        ws.pong_due = f64::INFINITY;
+    }
+}
+
+/// What one decoding step leaves to do once the session is no longer borrowed.
+enum Decoded {
+    More,
+    /// A protocol error: (close code, reason, whether a close frame was sent already).
+    Failed(u16, &'static str, bool),
+    /// The client's close frame with its code; `echo`: answer it (no close frame of ours went
+    /// out yet).
+    Closed {
+        echo: bool,
+        code: Option<u16>,
+    },
+}
+
+/// Sets the disconnect the app will be told, unless one is set already.
+fn tell_disconnect(ws: &mut WsSession, code: u16, reason: &str) {
+    if ws.disconnect.is_none() {
+        ws.disconnect = Some((code, reason.to_owned()));
+    }
+}
+
+/// The socket is done with (a close exchanged, a protocol error, a timeout): write what is
+/// queued, then shut and linger.
+fn finish(st: &mut ConnState, fx: &mut Effects) {
+    if matches!(st.phase, Phase::Busy) {
+        st.phase = Phase::Closing;
+        let fd = st.fd;
+        start_closing(st, fx, fd);
+    }
+}
+
+impl Conn {
+    /// The next message for the app's `receive()`, if there is one now.
+    fn ws_next_message(
+        py: Python<'_>,
+        st: &mut ConnState,
+        closed: bool,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) else {
+            return disconnect_message(py, 1006, "").map(Some);
+        };
+        if !ws.connect_told {
+            ws.connect_told = true;
+            let msg = PyDict::new(py);
+            msg.set_item(intern!(py, "type"), intern!(py, "websocket.connect"))?;
+            return Ok(Some(msg.into_any().unbind()));
+        }
+        if let Some(event) = ws.inbox.pop_front() {
+            let msg = PyDict::new(py);
+            msg.set_item(intern!(py, "type"), intern!(py, "websocket.receive"))?;
+            match event {
+                Event::Text(data) => {
+                    ws.inbox_bytes -= data.len();
+                    // The codec validated the whole message as UTF-8; this check cannot fail.
+                    let text = std::str::from_utf8(&data)
+                        .map_err(|e| PyRuntimeError::new_err(format!("WebSocket text: {e}")))?;
+                    msg.set_item(intern!(py, "text"), PyString::new(py, text))?;
+                }
+                Event::Binary(data) => {
+                    ws.inbox_bytes -= data.len();
+                    msg.set_item(intern!(py, "bytes"), PyBytes::new(py, &data))?;
+                }
+                _ => unreachable!("only data messages are queued"),
+            }
+            return Ok(Some(msg.into_any().unbind()));
+        }
+        if let Some((code, reason)) = &ws.disconnect {
+            return disconnect_message(py, *code, reason).map(Some);
+        }
+        if closed {
+            ws.peer_gone = true;
+            tell_disconnect(ws, 1006, "");
+            return disconnect_message(py, 1006, "").map(Some);
+        }
+        Ok(None)
+    }
+
+    /// `receive()` of the WebSocket request `seq` (see `Conn::receive`).
+    pub(super) fn ws_receive(slf: &Bound<'_, Self>, seq: u64) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        let server = this.server.bind(py).get();
+        let mut fx = Effects::default();
+        let result = {
+            let mut st = this.state.borrow(py)?;
+            let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
+            if !current {
+                // The handshake was answered with an HTTP response: the socket is done.
+                drop(st);
+                return ready(py, disconnect_message(py, 1006, "")?);
+            }
+            let req = st.req.as_ref().expect("current");
+            if req.receive_waiter.is_some() {
+                return Err(PyRuntimeError::new_err(
+                    "receive() called while another receive() of the same WebSocket is waiting",
+                ));
+            }
+            let closed = st.phase == Phase::Closed;
+            let msg = Self::ws_next_message(py, &mut st, closed)?;
+            Self::ws_flow(server, &mut st, &mut fx);
+            Self::message_or_waiter(py, server, &mut st, msg)?
+        };
+        Self::receive_done(slf, fx, result)
+    }
+
+    /// Flow control: reading pauses while the inbox is full (`ws_max_queue` messages or
+    /// `READ_HIGH` bytes) or `READ_HIGH` undecoded bytes wait (before the handshake's answer),
+    /// and goes on otherwise. Once a close frame is sent, reading goes on regardless: data is
+    /// dropped from then on, and the client's close frame must be read.
+    fn ws_flow(server: &HttpServer, st: &mut ConnState, fx: &mut Effects) {
+        let max_queue = server.opts().ws.map_or(1, |o| o.max_queue);
+        let undecoded = st.rbuf.len() - st.rpos;
+        let Some(ws) = st.req.as_ref().and_then(|r| r.ws.as_ref()) else {
+            return;
+        };
+        let want = ws.close_sent
+            || (ws.inbox.len() < max_queue && ws.inbox_bytes < READ_HIGH && undecoded < READ_HIGH);
+        let want = want && !st.eof && st.phase == Phase::Busy;
+        if want != st.reading {
+            st.reading = want;
+            fx.reading = Some(want);
+        }
+    }
+
+    /// New input on an open WebSocket (or an ended read): decode frames, answer pings and
+    /// closes, queue messages, and hand the next one to a waiting `receive()`.
+    pub(super) fn ws_input(
+        py: Python<'_>,
+        server: &HttpServer,
+        st: &mut ConnState,
+        fx: &mut Effects,
+    ) -> PyResult<()> {
+        let open = st
+            .req
+            .as_ref()
+            .and_then(|r| r.ws.as_ref())
+            .is_some_and(|w| w.state == WsState::Open);
+        if open {
+            Self::ws_decode(st, fx);
+        }
+        let fd = st.fd;
+        flush_now(st, fx, fd);
+        let eof = st.eof;
+        let phase = st.phase;
+        if let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) {
+            if eof && phase == Phase::Busy {
+                // The client is gone without (answering) a close frame.
+                ws.peer_gone = true;
+                tell_disconnect(ws, 1006, "");
+                fx.close = true;
+            }
+        }
+        let waiting = st.req.as_ref().is_some_and(|r| r.receive_waiter.is_some());
+        if waiting {
+            if let Some(msg) = Self::ws_next_message(py, st, false)? {
+                let req = st.req.as_mut().expect("checked above");
+                let fut = req.receive_waiter.take().expect("checked above");
+                fx.resolve.push((fut, msg));
+            }
+        }
+        Self::ws_flow(server, st, fx);
+        Ok(())
+    }
+
+    /// Decodes every complete frame in the read buffer.
+    fn ws_decode(st: &mut ConnState, fx: &mut Effects) {
+        loop {
+            let after = {
+                let ConnState {
+                    rbuf,
+                    rpos,
+                    req,
+                    out,
+                    ..
+                } = &mut *st;
+                let Some(ws) = req.as_mut().and_then(|r| r.ws.as_mut()) else {
+                    return;
+                };
+                match ws.decoder.decode(&rbuf[*rpos..]) {
+                    Err(e) => {
+                        // Fail the connection (RFC 6455 §7.1.7) with the codec's close code.
+                        tell_disconnect(ws, e.code, e.reason);
+                        ws.peer_gone = true;
+                        Decoded::Failed(e.code, e.reason, ws.close_sent)
+                    }
+                    Ok((n, event)) => {
+                        *rpos += n;
+                        match event {
+                            None if n == 0 => return,
+                            None => Decoded::More,
+                            Some(event @ (Event::Text(_) | Event::Binary(_))) => {
+                                if !ws.close_sent {
+                                    ws.inbox_bytes += match &event {
+                                        Event::Text(d) | Event::Binary(d) => d.len(),
+                                        _ => 0,
+                                    };
+                                    ws.inbox.push_back(event);
+                                }
+                                Decoded::More
+                            }
+                            Some(Event::Ping(payload)) => {
+                                if !ws.close_sent {
+                                    queue_frame(out, Opcode::Pong, &payload);
+                                }
+                                Decoded::More
+                            }
+                            Some(Event::Pong(payload)) => {
+                                if ws.pong_due.is_finite() && payload == ws.ping_payload {
+                                    ws.pong_due = f64::INFINITY;
+                                }
+                                Decoded::More
+                            }
+                            Some(Event::Close { code, reason }) => {
+                                ws.peer_gone = true;
+                                let echo = !ws.close_sent;
+                                if echo {
+                                    tell_disconnect(ws, code.unwrap_or(1005), &reason);
+                                }
+                                Decoded::Closed { echo, code }
+                            }
+                        }
+                    }
+                }
+            };
+            match after {
+                Decoded::More => {
+                    if st.rpos == st.rbuf.len() {
+                        st.rbuf.clear();
+                        st.rpos = 0;
+                    }
+                }
+                Decoded::Failed(code, reason, close_sent) => {
+                    st.rbuf.clear();
+                    st.rpos = 0;
+                    if !close_sent {
+                        queue_close(st, Some(code), reason.as_bytes());
+                    }
+                    finish(st, fx);
+                    return;
+                }
+                Decoded::Closed { echo, code } => {
+                    st.rbuf.clear();
+                    st.rpos = 0;
+                    // Echo the client's code (RFC 6455 §5.5.1); then the server closes TCP first.
+                    if echo {
+                        queue_close(st, code, b"");
+                    }
+                    finish(st, fx);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// `send(message)` of the WebSocket request `seq` (see `Conn::send`).
+    pub(super) fn ws_send(
+        slf: &Bound<'_, Self>,
+        seq: u64,
+        typ: &str,
+        message: &Bound<'_, PyDict>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        let server = this.server.bind(py).get();
+        let fd = this.fd;
+        let mut fx = Effects::default();
+        let wait = {
+            let mut st = this.state.borrow(py)?;
+            let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
+            if !current || st.phase == Phase::Closed {
+                return Err(ClientDisconnected::new_err(
+                    "the WebSocket connection is closed",
+                ));
+            }
+            let ws = st
+                .req
+                .as_mut()
+                .and_then(|r| r.ws.as_mut())
+                .expect("a WebSocket request");
+            match ws.state {
+                WsState::Handshake => {
+                    Self::ws_handshake_reply(py, server, &mut st, &mut fx, typ, message)?;
+                    false
+                }
+                WsState::Denying => {
+                    if typ != "websocket.http.response.body" {
+                        return Err(PyRuntimeError::new_err(format!(
+                            "Expected ASGI message 'websocket.http.response.body' but got '{typ}'."
+                        )));
+                    }
+                    let more = flag(message, intern!(py, "more_body"))?;
+                    let body = message
+                        .get_item(intern!(py, "body"))?
+                        .filter(|b| !b.is_none());
+                    let mut send = |data: &[u8]| {
+                        Self::send_body(py, fd, server, &mut st, &mut fx, Body::Bytes(data), more)
+                    };
+                    match body {
+                        Some(b) => with_bytes(&b, "body", send)?,
+                        None => send(b"")?,
+                    }
+                }
+                WsState::Open => {
+                    if ws.peer_gone {
+                        return Err(ClientDisconnected::new_err(
+                            "the WebSocket client has closed the connection",
+                        ));
+                    }
+                    if ws.close_sent || st.phase != Phase::Busy {
+                        return Err(PyRuntimeError::new_err(format!(
+                            "Unexpected ASGI message '{typ}', after sending 'websocket.close'."
+                        )));
+                    }
+                    let wait = Self::ws_send_open(py, &mut st, &mut fx, fd, typ, message)?;
+                    Self::ws_flow(server, &mut st, &mut fx);
+                    wait
+                }
+            }
+        };
+        Self::send_done(slf, seq, wait, fx)
+    }
+
+    /// The app's answer to `websocket.connect`.
+    fn ws_handshake_reply(
+        py: Python<'_>,
+        server: &HttpServer,
+        st: &mut ConnState,
+        fx: &mut Effects,
+        typ: &str,
+        message: &Bound<'_, PyDict>,
+    ) -> PyResult<()> {
+        let fd = st.fd;
+        match typ {
+            "websocket.accept" => Self::ws_accept(py, server, st, fx, message),
+            "websocket.close" => {
+                // Refused before the handshake: 403, as uvicorn answers.
+                let date = server.date(py);
+                let fields = server.fields(date.as_ref().map(|d| &d[..]));
+                let bytes = error_response(403, "", &fields, false);
+                let ws = st
+                    .req
+                    .as_mut()
+                    .and_then(|r| r.ws.as_mut())
+                    .expect("a WebSocket");
+                ws.peer_gone = true;
+                st.out.push(&bytes);
+                flush_now(st, fx, fd);
+                Self::complete(py, server, st, fx, 403, false);
+                Ok(())
+            }
+            "websocket.http.response.start" => {
+                let status: u16 = message
+                    .get_item(intern!(py, "status"))?
+                    .ok_or_else(|| {
+                        PyTypeError::new_err("websocket.http.response.start needs 'status'")
+                    })?
+                    .extract()
+                    .map_err(|_| PyTypeError::new_err("'status' must be an int in 100..=599"))?;
+                if !(100..600).contains(&status) {
+                    return Err(PyRuntimeError::new_err(format!(
+                        "Invalid HTTP status code '{status}' in response."
+                    )));
+                }
+                start_message(py, st, message)?;
+                let ws = st
+                    .req
+                    .as_mut()
+                    .and_then(|r| r.ws.as_mut())
+                    .expect("a WebSocket");
+                ws.state = WsState::Denying;
+                Ok(())
+            }
+            other => Err(PyRuntimeError::new_err(format!(
+                "Expected ASGI message 'websocket.accept', 'websocket.close' or \
+                 'websocket.http.response.start' but got '{other}'."
+            ))),
+        }
+    }
+
+    /// `websocket.accept`: the `101`, then the socket is open.
+    fn ws_accept(
+        py: Python<'_>,
+        server: &HttpServer,
+        st: &mut ConnState,
+        fx: &mut Effects,
+        message: &Bound<'_, PyDict>,
+    ) -> PyResult<()> {
+        let fd = st.fd;
+        let subprotocol = message
+            .get_item(intern!(py, "subprotocol"))?
+            .filter(|s| !s.is_none());
+        let subprotocol = match &subprotocol {
+            Some(s) => Some(
+                s.cast::<PyString>()
+                    .map_err(|_| PyTypeError::new_err("'subprotocol' must be a str"))?
+                    .to_str()?,
+            ),
+            None => None,
+        };
+        let held = match message.get_item(intern!(py, "headers"))? {
+            Some(h) if !h.is_none() => header_list(&h)?,
+            _ => Vec::new(),
+        };
+        let pairs: Vec<(&[u8], &[u8])> = held
+            .iter()
+            .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+            .collect();
+        let date = server.date(py);
+        let fields = server.fields(date.as_ref().map(|d| &d[..]));
+        let ws = st
+            .req
+            .as_mut()
+            .and_then(|r| r.ws.as_mut())
+            .expect("a WebSocket");
+        let accept = ws.accept;
+        st.out
+            .with_tail(|b| {
+                encode_upgrade_head(b, &accept, subprotocol.map(str::as_bytes), &pairs, &fields)
+            })
+            .map_err(|e| PyRuntimeError::new_err(format!("invalid websocket.accept: {e}")))?;
+        let opts = server
+            .opts()
+            .ws
+            .expect("a WebSocket exists only with --ws on");
+        let ws = st
+            .req
+            .as_mut()
+            .and_then(|r| r.ws.as_mut())
+            .expect("a WebSocket");
+        ws.state = WsState::Open;
+        if let Some(interval) = opts.ping_interval {
+            ws.ping_due = clock::monotonic() + interval;
+        }
+        st.deadline = ws.deadline();
+        server.response_done(py);
+        flush_now(st, fx, fd);
+        // Frames the client sent right behind its request are decoded now.
+        Self::ws_input(py, server, st, fx)
+    }
+
+    /// `websocket.send` / `websocket.close` on an open socket; returns whether `send()` waits
+    /// for the write queue to drain.
+    fn ws_send_open(
+        py: Python<'_>,
+        st: &mut ConnState,
+        fx: &mut Effects,
+        fd: std::os::fd::RawFd,
+        typ: &str,
+        message: &Bound<'_, PyDict>,
+    ) -> PyResult<bool> {
+        match typ {
+            "websocket.send" => {
+                let bytes = message
+                    .get_item(intern!(py, "bytes"))?
+                    .filter(|b| !b.is_none());
+                let text = message
+                    .get_item(intern!(py, "text"))?
+                    .filter(|t| !t.is_none());
+                match (bytes, text) {
+                    (Some(b), _) => with_bytes(&b, "bytes", |data| {
+                        Ok(Self::ws_write(st, fx, fd, Opcode::Binary, data))
+                    }),
+                    (None, Some(t)) => {
+                        let t = t
+                            .cast::<PyString>()
+                            .map_err(|_| PyTypeError::new_err("'text' must be a str"))?;
+                        Ok(Self::ws_write(
+                            st,
+                            fx,
+                            fd,
+                            Opcode::Text,
+                            t.to_str()?.as_bytes(),
+                        ))
+                    }
+                    (None, None) => Err(PyTypeError::new_err(
+                        "websocket.send needs 'bytes' or 'text'",
+                    )),
+                }
+            }
+            "websocket.close" => {
+                let code: u16 = match message
+                    .get_item(intern!(py, "code"))?
+                    .filter(|c| !c.is_none())
+                {
+                    Some(c) => c
+                        .extract()
+                        .map_err(|_| PyTypeError::new_err("'code' must be an int"))?,
+                    None => 1000,
+                };
+                let reason = match message
+                    .get_item(intern!(py, "reason"))?
+                    .filter(|r| !r.is_none())
+                {
+                    Some(r) => r
+                        .cast::<PyString>()
+                        .map_err(|_| PyTypeError::new_err("'reason' must be a str"))?
+                        .to_str()?
+                        .to_owned(),
+                    None => String::new(),
+                };
+                queue_close(st, Some(code), reason.as_bytes());
+                let ws = st
+                    .req
+                    .as_mut()
+                    .and_then(|r| r.ws.as_mut())
+                    .expect("a WebSocket");
+                tell_disconnect(ws, code, &reason);
+                ws.close_due = clock::monotonic() + CLOSE_TIMEOUT;
+                st.deadline = ws.deadline();
+                flush_now(st, fx, fd);
+                Ok(false)
+            }
+            other => Err(PyRuntimeError::new_err(format!(
+                "Expected ASGI message 'websocket.send' or 'websocket.close', but got '{other}'."
+            ))),
+        }
+    }
+
+    /// Writes a data frame: small ones copied behind what is queued, large payloads straight
+    /// from the app's buffer when the socket takes them (only the rest is copied).
+    fn ws_write(
+        st: &mut ConnState,
+        fx: &mut Effects,
+        fd: std::os::fd::RawFd,
+        op: Opcode,
+        data: &[u8],
+    ) -> bool {
+        if data.len() <= SMALL_BODY_COPY {
+            queue_frame(&mut st.out, op, data);
+            flush_now(st, fx, fd);
+        } else {
+            let mut head = [0u8; MAX_HEAD_LEN];
+            let n = encode_head(op, true, data.len(), &mut head);
+            st.out.push(&head[..n]);
+            let Ok(written) = st.out.flush_with(fd, data) else {
+                st.out.clear();
+                fx.close = true;
+                return false;
+            };
+            st.out.push(&data[written..]);
+            if !st.out.is_empty() && !st.writing {
+                st.writing = true;
+                fx.writing = Some(true);
+            }
+        }
+        st.out.pending() > WRITE_HIGH
+    }
+
+    /// The app's task ended after the 101: close with 1000 (it returned) or 1011 (it raised or
+    /// was cancelled), unless a close frame already went out.
+    pub(super) fn ws_app_finished(st: &mut ConnState, fx: &mut Effects, failed: bool) {
+        let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) else {
+            return;
+        };
+        if ws.close_sent {
+            if ws.peer_gone {
+                finish(st, fx);
+            }
+            return;
+        }
+        let (code, reason) = if failed {
+            (1011, "Internal Server Error")
+        } else {
+            (1000, "")
+        };
+        tell_disconnect(ws, code, reason);
+        queue_close(st, Some(code), reason.as_bytes());
+        finish(st, fx);
+    }
+
+    /// Server shutdown: an open WebSocket is closed with 1012 (service restart), as uvicorn does.
+    pub(super) fn ws_shutdown(py: Python<'_>, st: &mut ConnState, fx: &mut Effects) {
+        let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) else {
+            return;
+        };
+        if ws.state != WsState::Open || ws.close_sent {
+            return;
+        }
+        tell_disconnect(ws, 1012, "");
+        queue_close(st, Some(1012), b"");
+        if let Some(req) = st.req.as_mut() {
+            if let Some(f) = req.receive_waiter.take() {
+                if let Ok(m) = disconnect_message(py, 1012, "") {
+                    fx.resolve.push((f, m));
+                }
+            }
+        }
+        finish(st, fx);
+    }
+
+    /// The sweep found the WebSocket's deadline passed: send a keepalive ping, fail on a missing
+    /// pong (1011), or give up waiting for the client's close frame.
+    pub(super) fn ws_deadline(server: &HttpServer, st: &mut ConnState, fx: &mut Effects, now: f64) {
+        let opts = server
+            .opts()
+            .ws
+            .expect("a WebSocket exists only with --ws on");
+        let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) else {
+            return;
+        };
+        if ws.close_due <= now {
+            fx.close = true;
+            return;
+        }
+        if ws.pong_due <= now {
+            tell_disconnect(ws, 1011, "keepalive ping timeout");
+            ws.peer_gone = true;
+            queue_close(st, Some(1011), b"keepalive ping timeout");
+            finish(st, fx);
+            return;
+        }
+        if ws.ping_due <= now && !ws.close_sent {
+            ws.pings = ws.pings.wrapping_add(1);
+            ws.ping_payload = ws.pings.to_be_bytes();
+            let payload = ws.ping_payload;
+            match opts.ping_timeout {
+                Some(t) => {
+                    ws.pong_due = now + t;
+                    ws.ping_due = opts.ping_interval.map_or(f64::INFINITY, |i| now + i.max(t));
+                }
+                None => ws.ping_due = opts.ping_interval.map_or(f64::INFINITY, |i| now + i),
+            }
+            st.deadline = ws.deadline();
+            queue_frame(&mut st.out, Opcode::Ping, &payload);
+            let fd = st.fd;
+            flush_now(st, fx, fd);
+            return;
+        }
+        st.deadline = ws.deadline();
+    }
+}
