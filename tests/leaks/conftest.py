@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import os
-from collections.abc import Callable
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
@@ -22,3 +26,28 @@ def _memory_sample() -> tuple[int, int]:
 def memory_sample() -> Callable[[], tuple[int, int]]:
     """``memory_sample()``: collect garbage, then return (RSS in bytes, gc-tracked objects)."""
     return _memory_sample
+
+
+@contextlib.asynccontextmanager
+async def _native_server(app: Any) -> AsyncIterator[tuple[Any, int]]:
+    """``async with native_server(app) as (server, port)``: the native ``HttpServer`` serving
+    ``app`` on a loopback port of the running ferroloop loop; aborted and closed on exit."""
+    from ferroloop._native import HttpServer
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    sock.setblocking(False)
+    server = HttpServer(asyncio.get_running_loop(), sock, app)
+    server.start()
+    try:
+        yield server, sock.getsockname()[1]
+    finally:
+        server.abort()
+        sock.close()
+
+
+@pytest.fixture
+def native_server() -> Callable[[Any], contextlib.AbstractAsyncContextManager[tuple[Any, int]]]:
+    """``async with native_server(app) as (server, port)``: see ``_native_server``."""
+    return _native_server

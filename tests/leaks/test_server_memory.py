@@ -10,10 +10,8 @@ object per request would add thousands of objects; of one connection buffer, meg
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import ferroloop
-from ferroloop._native import HttpServer
 
 CHUNKS = 6
 REQUESTS_PER_CHUNK = 3_000
@@ -63,22 +61,13 @@ async def churn(port: int) -> None:
         await writer.wait_closed()
 
 
-def test_server_requests_and_connections_leave_memory_flat(memory_sample) -> None:
+def test_server_requests_and_connections_leave_memory_flat(memory_sample, native_server) -> None:
     async def main() -> list[tuple[int, int]]:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        sock.setblocking(False)
-        server = HttpServer(asyncio.get_running_loop(), sock, app)
-        server.start()
         samples = []
-        try:
+        async with native_server(app) as (server, port):
             for _ in range(CHUNKS):
-                await churn(sock.getsockname()[1])
+                await churn(port)
                 samples.append(memory_sample())
-        finally:
-            server.abort()
-            sock.close()
         assert server.requests == CHUNKS * (REQUESTS_PER_CHUNK + CONNECTIONS_PER_CHUNK)
         return samples
 

@@ -1,0 +1,109 @@
+"""Memory stays flat while the native server handles many WebSocket connections.
+
+One ferroloop loop runs both the server (``HttpServer`` with an echo app) and the clients (asyncio
+streams speaking RFC 6455 by hand): each connection does the handshake, echoes text and binary
+messages, and ends with a close exchange, a dropped socket, or a protocol error. RSS and the
+number of gc-tracked objects are measured after each chunk; nothing may grow between the
+second chunk (pools warm) and the last. A leaked session, inbox or decoder buffer per connection
+would add thousands of objects or megabytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+
+import ferroloop
+
+CHUNKS = 6
+CONNECTIONS_PER_CHUNK = 150
+MESSAGES_PER_CONNECTION = 8
+MAX_RSS_GROWTH = 8 * 1024 * 1024
+MAX_OBJECT_GROWTH = 500
+UPGRADE = (
+    b"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+    assert scope["type"] == "websocket"
+    assert (await receive())["type"] == "websocket.connect"
+    await send({"type": "websocket.accept"})
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        await send({"type": "websocket.send", **{k: v for k, v in message.items() if k != "type"}})
+
+
+def frame(opcode: int, payload: bytes) -> bytes:
+    key = os.urandom(4)
+    length = len(payload)
+    if length < 126:
+        head = bytes([0x80 | opcode, 0x80 | length])
+    else:
+        head = bytes([0x80 | opcode, 0x80 | 126]) + struct.pack("!H", length)
+    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    first, second = await reader.readexactly(2)
+    length = second & 0x7F
+    if length == 126:
+        (length,) = struct.unpack("!H", await reader.readexactly(2))
+    return first & 0x0F, await reader.readexactly(length)
+
+
+async def one_connection(port: int, ending: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(UPGRADE)
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101 "), head
+    for i in range(MESSAGES_PER_CONNECTION):
+        if i % 2:
+            payload = b"\x00binary" * (i * 40)
+            writer.write(frame(0x2, payload))
+            assert await read_frame(reader) == (0x2, payload)
+        else:
+            text = f"text message {i} é".encode()
+            writer.write(frame(0x1, text))
+            assert await read_frame(reader) == (0x1, text)
+    if ending == 0:  # a close exchange
+        writer.write(frame(0x8, struct.pack("!H", 1000)))
+        opcode, _ = await read_frame(reader)
+        assert opcode == 0x8
+        assert await reader.read() == b""
+    elif ending == 1:  # a protocol error: an unmasked frame
+        writer.write(b"\x81\x02hi")
+        opcode, payload = await read_frame(reader)
+        assert (opcode, payload[:2]) == (0x8, struct.pack("!H", 1002))
+    writer.close()  # ending 2: dropped without a close frame
+    await writer.wait_closed()
+
+
+async def churn(port: int) -> None:
+    for start in range(0, CONNECTIONS_PER_CHUNK, 10):
+        await asyncio.gather(*(one_connection(port, i % 3) for i in range(start, start + 10)))
+
+
+def test_websocket_connections_leave_memory_flat(memory_sample, native_server) -> None:
+    async def main() -> list[tuple[int, int]]:
+        samples = []
+        async with native_server(app) as (server, port):
+            for _ in range(CHUNKS):
+                await churn(port)
+                # Every app task has ended and every connection is gone before sampling.
+                for _ in range(500):
+                    if server.tasks == 0 and server.connections == 0:
+                        break
+                    await asyncio.sleep(0.01)
+                assert (server.tasks, server.connections) == (0, 0)
+                samples.append(memory_sample())
+        return samples
+
+    samples = ferroloop.run(main())
+    (rss0, objs0), (rss1, objs1) = samples[1], samples[-1]
+    assert rss1 - rss0 < MAX_RSS_GROWTH, samples
+    assert objs1 - objs0 < MAX_OBJECT_GROWTH, samples
