@@ -379,8 +379,12 @@ impl Conn {
     /// Flow control: reading pauses while the inbox is full (`ws_max_queue` messages or
     /// `READ_HIGH` bytes) or `READ_HIGH` undecoded bytes wait (before the handshake's answer),
     /// and goes on otherwise. Once a close frame is sent, reading goes on regardless: data is
-    /// dropped from then on, and the client's close frame must be read.
+    /// dropped from then on, and the client's close frame must be read. Only while `Busy`: a
+    /// closing connection's reads belong to the lingering close.
     fn ws_flow(server: &HttpServer, st: &mut ConnState, fx: &mut Effects) {
+        if st.phase != Phase::Busy {
+            return;
+        }
         let max_queue = server.opts().ws.map_or(1, |o| o.max_queue);
         let undecoded = st.rbuf.len() - st.rpos;
         let Some(ws) = st.req.as_ref().and_then(|r| r.ws.as_ref()) else {
@@ -388,7 +392,7 @@ impl Conn {
         };
         let want = ws.close_sent
             || (ws.inbox.len() < max_queue && ws.inbox_bytes < READ_HIGH && undecoded < READ_HIGH);
-        let want = want && !st.eof && st.phase == Phase::Busy;
+        let want = want && !st.eof;
         if want != st.reading {
             st.reading = want;
             fx.reading = Some(want);
