@@ -205,6 +205,28 @@ def test_scope_of_a_websocket(server):
     assert "sec-websocket-key" in names and "upgrade" in names
 
 
+def test_forwarded_proto_makes_a_wss_scope_behind_a_trusted_proxy(server):
+    headers = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "10.1.2.3"}
+    url = ws_url(server, "/scope")
+    with ws_connect(url, additional_headers=headers, open_timeout=IO_TIMEOUT) as ws:
+        scope = json.loads(ws.recv(timeout=IO_TIMEOUT))
+    assert scope["scheme"] == "wss"
+    assert scope["client"][0] == "10.1.2.3"
+
+
+def test_handshake_outcomes_are_logged_as_uvicorn_logs_them(server):
+    with ws_connect(ws_url(server, "/headers?log=1"), open_timeout=IO_TIMEOUT) as ws:
+        ws.send("x")
+        ws.recv(timeout=IO_TIMEOUT)
+    for path in ("/reject?log=2", "/deny?log=3"):
+        with pytest.raises(InvalidStatus):
+            ws_connect(ws_url(server, path), open_timeout=IO_TIMEOUT)
+    server.wait_for_output('"WebSocket /headers?log=1" [accepted]')
+    server.wait_for_output('"WebSocket /reject?log=2" 403')
+    output = server.wait_for_output('"WebSocket /deny?log=3" 401')
+    assert "127.0.0.1:" in output.split('"WebSocket /headers?log=1"')[0].splitlines()[-1]
+
+
 def test_accept_headers_and_no_subprotocol(server):
     with ws_connect(ws_url(server, "/headers"), open_timeout=IO_TIMEOUT) as ws:
         assert ws.response.headers["x-ws"] == "yes"

@@ -96,6 +96,17 @@ def test_error_log_with_and_without_exception(caplog):
     assert second.getMessage() == "100% plain" and second.exc_info is None
 
 
+def test_error_log_websocket_outcomes_in_uvicorns_words(caplog):
+    caplog.set_level(logging.INFO, logger="ferroloop.error")
+    log_error = ErrorLog()
+    log_error.websocket(("127.0.0.1", 5000), "/chat?room=1", "[accepted]")
+    log_error.websocket(None, "/chat", "403")
+    first, second = caplog.records
+    assert first.levelno == logging.INFO
+    assert first.getMessage() == '127.0.0.1:5000 - "WebSocket /chat?room=1" [accepted]'
+    assert second.getMessage() == ' - "WebSocket /chat" 403'
+
+
 def test_default_formatter_levelprefix_and_color_message():
     formatter = DefaultFormatter("%(levelprefix)s %(message)s", use_colors=False)
     record = logging.LogRecord("ferroloop.error", logging.WARNING, "", 0, "hi %s", ("x",), None)

@@ -76,6 +76,11 @@ class ErrorLog:
         uvicorn logs "Invalid HTTP request received."."""
         self._logger.warning(message)
 
+    def websocket(self, client: tuple[str, int] | None, path: str, outcome: str) -> None:
+        """A WebSocket handshake's outcome (``[accepted]``, or the refusal's status), at INFO,
+        in uvicorn's words: ``127.0.0.1:51234 - "WebSocket /chat" [accepted]``."""
+        self._logger.info('%s - "WebSocket %s" %s', format_client_addr(client), path, outcome)
+
     def __call__(self, message: str, exc: BaseException | None = None) -> None:
         if exc is not None:
             self._logger.error(message, exc_info=exc)

@@ -147,6 +147,9 @@ pub(super) struct Effects {
     pub(super) logs: Vec<(String, Option<Py<PyAny>>)>,
     /// Logged at WARNING: the client's fault (a malformed request), not the server's.
     pub(super) warnings: Vec<String>,
+    /// A WebSocket handshake's outcome for the log, as uvicorn logs it at INFO on its error
+    /// logger: `(path with query, outcome)`, the outcome `[accepted]` or the refusal's status.
+    pub(super) websocket_log: Option<(String, String)>,
     pub(super) access: Option<AccessRecord>,
     pub(super) close: bool,
     /// Run the state machine again (a pipelined request may be waiting).
@@ -224,6 +227,9 @@ impl Conn {
         }
         for message in fx.warnings {
             server.warn(py, &message);
+        }
+        if let Some((path, outcome)) = fx.websocket_log {
+            server.log_websocket(py, this.client.bind(py), &path, &outcome);
         }
         if let Some((client, method, path, version, status)) = fx.access {
             if let Some(log) = server.access_log() {

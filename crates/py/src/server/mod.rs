@@ -644,6 +644,28 @@ impl HttpServer {
         }
     }
 
+    /// Logs a WebSocket handshake's outcome through `log_error.websocket(client, path,
+    /// outcome)` (uvicorn's `127.0.0.1:5000 - "WebSocket /ws" [accepted]` at INFO); nothing
+    /// without a `log_error` that has the method.
+    pub(crate) fn log_websocket(
+        &self,
+        py: Python<'_>,
+        client: &Bound<'_, PyAny>,
+        path: &str,
+        outcome: &str,
+    ) {
+        let Some(f) = &self.log_error else {
+            return;
+        };
+        let result = f
+            .bind(py)
+            .getattr(intern!(py, "websocket"))
+            .and_then(|m| m.call1((client, path, outcome)));
+        if let Err(e) = result {
+            e.write_unraisable(py, None);
+        }
+    }
+
     /// Takes the listener out of the poller for `ACCEPT_RETRY_DELAY` seconds.
     fn pause_accepting(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();

@@ -285,6 +285,20 @@ enum Decoded {
     },
 }
 
+/// The request's path and query as uvicorn logs a WebSocket (`/chat?room=1`).
+fn logged_path(py: Python<'_>, st: &ConnState) -> String {
+    let Some(facts) = st.req.as_ref().and_then(|r| r.facts.as_ref()) else {
+        return String::new();
+    };
+    let path = facts.path.bind(py).to_str().unwrap_or("");
+    let query = facts.query.bind(py).as_bytes();
+    if query.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{}", String::from_utf8_lossy(query))
+    }
+}
+
 /// Sets the disconnect the app will be told, unless one is set already.
 fn tell_disconnect(ws: &mut WsSession, code: u16, reason: &str) {
     if ws.disconnect.is_none() {
@@ -611,6 +625,7 @@ impl Conn {
             "websocket.accept" => Self::ws_accept(py, server, st, fx, message),
             "websocket.close" => {
                 // Refused before the handshake: 403, as uvicorn answers.
+                fx.websocket_log = Some((logged_path(py, st), "403".to_owned()));
                 let date = server.date(py);
                 let fields = server.fields(date.as_ref().map(|d| &d[..]));
                 let bytes = error_response(403, "", &fields, false);
@@ -639,6 +654,7 @@ impl Conn {
                     )));
                 }
                 start_message(py, st, message)?;
+                fx.websocket_log = Some((logged_path(py, st), status.to_string()));
                 let ws = st
                     .req
                     .as_mut()
@@ -705,6 +721,12 @@ impl Conn {
             .and_then(|r| r.ws.as_mut())
             .expect("a WebSocket");
         ws.state = WsState::Open;
+        fx.websocket_log = Some((logged_path(py, st), "[accepted]".to_owned()));
+        let ws = st
+            .req
+            .as_mut()
+            .and_then(|r| r.ws.as_mut())
+            .expect("a WebSocket");
         if let Some(interval) = opts.ping_interval {
             ws.ping_due = clock::monotonic() + interval;
         }
