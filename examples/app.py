@@ -1,7 +1,9 @@
 """An ASGI 3 app for ``make run``: ``ferroloop app:app --app-dir examples``.
 
 Routes: ``GET /`` says hello, ``POST /echo`` returns the request body, ``GET /stream`` streams
-five chunks, ``GET /state`` shows the lifespan state every request scope gets a copy of.
+five chunks, ``GET /state`` shows the lifespan state every request scope gets a copy of, and the
+WebSocket ``ws://127.0.0.1:8000/ws`` echoes every message back (text upper-cased), e.g.
+``python -m websockets ws://127.0.0.1:8000/ws``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+    if scope["type"] == "websocket":
+        await websocket_echo(receive, send)
+        return
     if scope["type"] != "http":
         return
     path = scope["path"]
@@ -60,3 +65,16 @@ async def respond(send: Any, status: int, body: bytes, content_type: bytes) -> N
     headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def websocket_echo(receive: Any, send: Any) -> None:
+    await receive()  # websocket.connect
+    await send({"type": "websocket.accept"})
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        if message.get("text") is not None:
+            await send({"type": "websocket.send", "text": message["text"].upper()})
+        else:
+            await send({"type": "websocket.send", "bytes": message["bytes"]})
