@@ -67,4 +67,6 @@ def test_worker_that_stops_answering_health_checks_is_replaced(
     wait_until(lambda: is_gone(first), f"the stopped worker {first} to be killed", timeout=20)
     entry = pid_of_a_worker(http_request, server)
     assert entry["pid"] != first and entry["ppid"] == server.proc.pid
-    assert "did not answer a health check within 1 s; killing it" in server.output_text()
+    if os.environ.get("FERROLOOP_TEST_SERVER", "ferroloop") == "ferroloop":
+        # ferroloop's words; uvicorn's supervisor logs the kill in its own.
+        assert "did not answer a health check within 1 s; killing it" in server.output_text()
