@@ -4,8 +4,11 @@ pinning and the revision measured. Imported by benchmarks/loop and benchmarks/ht
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 
@@ -59,3 +62,22 @@ def git_revision() -> str:
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
     return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def run_meta(
+    script: str, argv: list[str], started: float, load_before: float, pinned: bool
+) -> dict:
+    """What every results file records first: when, the command, the revision, the machine,
+    whether the processes were pinned, and the 1-minute load average at start and end (other
+    processes share the pinned cores: a load near the number of CPUs means noisy numbers)."""
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
+        "duration_s": round(time.time() - started, 1),
+        "command": " ".join(["python", script, *argv]),
+        "revision": git_revision(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "pinned": pinned,
+        "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import report
 import scenarios
 import servers
 import wrk
-from machine import core_busy_seconds, cpu_model, cpu_pins, fmt, git_revision
+from machine import core_busy_seconds, cpu_pins, fmt, run_meta
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 WARMUP_S = 2
@@ -257,15 +256,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="ferroloop-http-bench-") as tmp:
         cases = run_all(args, args.servers, missing_servers, (pin0, pin1), Path(tmp))
     meta = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
-        "duration_s": round(time.time() - started, 1),
-        "command": " ".join(["python", "benchmarks/http/run.py", *argv]),
-        "revision": git_revision(),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "cpu": cpu_model(),
-        "pinned": pin_warning is None,
-        "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        **run_meta("benchmarks/http/run.py", argv, started, load_before, pin_warning is None),
         "cpus": os.cpu_count(),
         "wrk": wrk.version(),
         "wrk_duration_s": args.duration,

@@ -26,7 +26,6 @@ import argparse
 import http.client
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/machine.py
 import servers
-from machine import cpu_model, cpu_pins, fmt, git_revision
+from machine import cpu_pins, fmt, run_meta
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 APP = "ws_echo_asgi:app"
@@ -195,15 +194,7 @@ def main(argv: list[str]) -> int:
                         f"[{repeat + 1}/{args.repeats}] {name} {size} B: {shown}", file=sys.stderr
                     )
     meta = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
-        "duration_s": round(time.time() - started, 1),
-        "command": " ".join(["python", "benchmarks/http/ws.py", *argv]),
-        "revision": git_revision(),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "cpu": cpu_model(),
-        "pinned": pin_warning is None,
-        "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        **run_meta("benchmarks/http/ws.py", argv, started, load_before, pin_warning is None),
         "connections": args.connections,
         "duration_s_per_cell": args.duration,
         "repeats": args.repeats,

@@ -16,7 +16,6 @@ import argparse
 import importlib
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ import echo_measure
 import loops
 import report
 from launch import ChildFailed, run_child
-from machine import cpu_model, cpu_pins, fmt, git_revision
+from machine import cpu_pins, fmt, run_meta
 from wake_floor import measure as measure_wake_floor
 
 BENCHMARKS = (
@@ -184,17 +183,7 @@ def main(argv: list[str]) -> int:
         else {}
     )
     meta = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
-        "duration_s": round(time.time() - started, 1),
-        "command": " ".join(["python", "benchmarks/loop/run.py", *argv]),
-        "revision": git_revision(),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "cpu": cpu_model(),
-        "pinned": pin_warning is None,
-        # Other processes on the machine share the pinned cores: a load near or above the
-        # number of CPUs while the run is going means the numbers are noisy.
-        "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        **run_meta("benchmarks/loop/run.py", argv, started, load_before, pin_warning is None),
         "cpus": os.cpu_count(),
         "repeat": args.repeat,
         "quick": args.quick,

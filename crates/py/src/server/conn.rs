@@ -128,6 +128,16 @@ pub(super) struct ConnState {
     pub(super) ws_seq: u64,
 }
 
+/// What a waiting Future gets when its connection closes (`close_now`).
+enum Gone {
+    /// A `receive()` of an HTTP request: `http.disconnect`.
+    Http,
+    /// A WebSocket's `receive()`: `websocket.disconnect` with this code and reason.
+    WebSocket((u16, String)),
+    /// A `send()` waiting for the queue to drain: `None`.
+    Drained,
+}
+
 /// One access log line: `(client, method, path, http_version, status)`. `client` is the scope's
 /// `"client"` when the response completed, or `None` to name the TCP peer.
 pub(super) type AccessRecord = (
@@ -725,20 +735,16 @@ impl Conn {
             st.out.clear();
             st.rbuf = Vec::new();
             st.rpos = 0;
+            // (future, what it gets): `Gone::Http` / `Gone::WebSocket` a disconnect message,
+            // `Gone::Drained` None. Messages are made once the fd is closed.
             let mut waiters = Vec::new();
             if let Some(req) = st.req.as_mut() {
-                let ws_code = req.ws.as_mut().map(|ws| ws.gone_code());
-                let receive = req.receive_waiter.take();
-                match (receive, ws_code) {
-                    (Some(f), Some((code, reason))) => {
-                        waiters.push((f, Some(websocket::disconnect_message(py, code, &reason)?)));
-                    }
-                    (Some(f), None) => {
-                        waiters.push((f, Some(scope::disconnect_message(py)?.into_any().unbind())));
-                    }
-                    (None, _) => {}
-                }
-                waiters.extend(req.drain_waiter.take().map(|f| (f, None)));
+                let gone = req
+                    .ws
+                    .as_mut()
+                    .map_or(Gone::Http, |ws| Gone::WebSocket(ws.gone_code()));
+                waiters.extend(req.receive_waiter.take().map(|f| (f, gone)));
+                waiters.extend(req.drain_waiter.take().map(|f| (f, Gone::Drained)));
             }
             (
                 std::mem::replace(&mut st.reading, false),
@@ -761,8 +767,14 @@ impl Conn {
         let server = this.server.bind(py).get();
         drop(server.conn_closed(py, this.fd));
         server.trace_connection(py, this.client.clone_ref(py), false);
-        for (fut, value) in waiters {
-            let value = value.unwrap_or_else(|| py.None());
+        for (fut, gone) in waiters {
+            let value = match gone {
+                Gone::Http => scope::disconnect_message(py)?.into_any().unbind(),
+                Gone::WebSocket((code, reason)) => {
+                    websocket::disconnect_message(py, code, &reason)?
+                }
+                Gone::Drained => py.None(),
+            };
             let fut = fut.bind(py);
             if !fut.call_method0(intern!(py, "done"))?.is_truthy()? {
                 fut.call_method1(intern!(py, "set_result"), (value,))?;
