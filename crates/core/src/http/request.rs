@@ -76,6 +76,9 @@ pub struct Head {
     pub keep_alive: bool,
     /// HTTP/1.1 with `Expect: 100-continue`: send `100 Continue` before reading the body.
     pub expect_continue: bool,
+    /// The request has an `Upgrade` field (RFC 9110 §7.8): the server looks closer (a
+    /// WebSocket handshake) only then, so other requests pay nothing for it.
+    pub upgrade: bool,
 }
 
 impl Head {
@@ -281,6 +284,7 @@ fn scan(view: &[u8], limits: &Limits, head: &mut Head) -> Result<Option<usize>, 
     head.body = BodyKind::Empty;
     head.keep_alive = false;
     head.expect_continue = false;
+    head.upgrade = false;
     Ok(Some(head_len))
 }
 
@@ -322,6 +326,7 @@ fn decide_framing(buf: &[u8], head: &mut Head) -> Result<(), HttpError> {
     let mut close = false;
     let mut keep_alive_token = false;
     let mut expect_continue = false;
+    let mut upgrade = false;
     for (name, value) in head.header_fields(buf) {
         match name {
             b"content-length" => {
@@ -349,6 +354,7 @@ fn decide_framing(buf: &[u8], head: &mut Head) -> Result<(), HttpError> {
             }
             b"expect" => expect_continue |= value.eq_ignore_ascii_case(b"100-continue"),
             b"host" => hosts += 1,
+            b"upgrade" => upgrade = true,
             _ => {}
         }
     }
@@ -377,6 +383,7 @@ fn decide_framing(buf: &[u8], head: &mut Head) -> Result<(), HttpError> {
         Version::Http10 => keep_alive_token && !close,
     };
     head.expect_continue = head.version == Version::Http11 && expect_continue;
+    head.upgrade = upgrade;
     if hosts > 1 {
         return Err(SEVERAL_HOSTS);
     }

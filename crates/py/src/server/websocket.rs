@@ -154,7 +154,7 @@ pub(super) enum Upgrade {
 /// Whether the request in `buf` (parsed into `head`) asks for a WebSocket: `GET`, HTTP/1.1,
 /// `Upgrade: websocket` and `Connection: upgrade` (RFC 6455 §4.2.1), without a body.
 fn websocket_request(buf: &[u8], head: &Head, opts: &WsOptions) -> Upgrade {
-    if head.version != Version::Http11 || &buf[head.method.clone()] != b"GET" {
+    if !head.upgrade || head.version != Version::Http11 || &buf[head.method.clone()] != b"GET" {
         return Upgrade::No;
     }
     let (mut upgrade, mut connection, mut version, mut key) = (false, false, None, None);

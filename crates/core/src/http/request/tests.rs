@@ -21,6 +21,7 @@ struct Parsed {
     body: BodyKind,
     keep_alive: bool,
     expect_continue: bool,
+    upgrade: bool,
 }
 
 fn text(buf: &[u8], range: &Range<usize>) -> String {
@@ -43,6 +44,7 @@ fn resolve(head: &Head, buf: &[u8]) -> Parsed {
         body: head.body,
         keep_alive: head.keep_alive,
         expect_continue: head.expect_continue,
+        upgrade: head.upgrade,
     }
 }
 
@@ -132,6 +134,25 @@ fn request_line_and_fields_are_ranges_into_the_buffer() {
     assert_eq!(p.body, BodyKind::Empty);
     assert!(p.keep_alive);
     assert!(!p.expect_continue);
+    assert!(!p.upgrade);
+}
+
+#[test]
+fn an_upgrade_field_is_noted_and_a_reused_head_forgets_it() {
+    let limits = Limits::default();
+    let upgrade =
+        b"GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+    assert!(parse3(upgrade, &limits).unwrap().unwrap().upgrade);
+    let plain = b"GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\n\r\n";
+    assert!(!parse3(plain, &limits).unwrap().unwrap().upgrade);
+    // The same Head parses the upgrade, then a plain request: the flag does not linger.
+    let mut head = Head::default();
+    let mut first = upgrade.to_vec();
+    assert_eq!(parse_head(&mut first, &limits, &mut head), Ok(true));
+    assert!(head.upgrade);
+    let mut second = plain.to_vec();
+    assert_eq!(parse_head(&mut second, &limits, &mut head), Ok(true));
+    assert!(!head.upgrade);
 }
 
 #[test]
