@@ -102,7 +102,7 @@ pub(super) struct Request {
     pub(super) resp: Response,
     pub(super) receive_waiter: Option<Py<PyAny>>,
     pub(super) drain_waiter: Option<Py<PyAny>>,
-    /// The request is a WebSocket upgrade (`websocket.rs`): its session.
+    /// The request is a WebSocket upgrade (`websocket/`): its session.
     pub(super) ws: Option<Box<WsSession>>,
 }
 

@@ -1,0 +1,414 @@
+//! The app's side of a WebSocket's `send()`: the handshake's answer (`websocket.accept`,
+//! `websocket.close`, `websocket.http.response.*`), messages and the close on an open socket,
+//! and what the server sends on its own (the close when the app's task ends, at shutdown, and
+//! the keepalive pings). The states and invariants are in `mod.rs`.
+
+use ferroloop_core::clock;
+use ferroloop_core::http::{encode_upgrade_head, error_response};
+use ferroloop_core::ws::{encode_head, Opcode, MAX_HEAD_LEN};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+
+use super::{
+    disconnect_message, finish, logged_path, queue_close, queue_frame, tell_disconnect,
+    ClientDisconnected, WsState, CLOSE_TIMEOUT,
+};
+use crate::server::conn::{
+    flush_now, Conn, ConnState, Effects, Phase, SMALL_BODY_COPY, WRITE_HIGH,
+};
+use crate::server::respond::{flag, header_list, start_message, with_bytes, Body};
+use crate::server::HttpServer;
+
+impl Conn {
+    /// `send(message)` of the WebSocket request `seq` (see `Conn::send`).
+    pub(in crate::server) fn ws_send(
+        slf: &Bound<'_, Self>,
+        seq: u64,
+        typ: &str,
+        message: &Bound<'_, PyDict>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        let server = this.server.bind(py).get();
+        let fd = this.fd;
+        let mut fx = Effects::default();
+        let wait = {
+            let mut st = this.state.borrow(py)?;
+            let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
+            if !current || st.phase == Phase::Closed {
+                return Err(ClientDisconnected::new_err(
+                    "the WebSocket connection is closed",
+                ));
+            }
+            let ws = st
+                .req
+                .as_mut()
+                .and_then(|r| r.ws.as_mut())
+                .expect("a WebSocket request");
+            match ws.state {
+                WsState::Handshake => {
+                    Self::ws_handshake_reply(py, server, &mut st, &mut fx, typ, message)?;
+                    false
+                }
+                WsState::Denying => {
+                    if typ != "websocket.http.response.body" {
+                        return Err(PyRuntimeError::new_err(format!(
+                            "Expected ASGI message 'websocket.http.response.body' but got '{typ}'."
+                        )));
+                    }
+                    let more = flag(message, intern!(py, "more_body"))?;
+                    let body = message
+                        .get_item(intern!(py, "body"))?
+                        .filter(|b| !b.is_none());
+                    let mut send = |data: &[u8]| {
+                        Self::send_body(py, fd, server, &mut st, &mut fx, Body::Bytes(data), more)
+                    };
+                    match body {
+                        Some(b) => with_bytes(&b, "body", send)?,
+                        None => send(b"")?,
+                    }
+                }
+                WsState::Open => {
+                    if ws.peer_gone {
+                        return Err(ClientDisconnected::new_err(
+                            "the WebSocket client has closed the connection",
+                        ));
+                    }
+                    if ws.close_sent || st.phase != Phase::Busy {
+                        return Err(PyRuntimeError::new_err(format!(
+                            "Unexpected ASGI message '{typ}', after sending 'websocket.close'."
+                        )));
+                    }
+                    let wait = Self::ws_send_open(py, &mut st, &mut fx, fd, typ, message)?;
+                    Self::ws_flow(server, &mut st, &mut fx);
+                    wait
+                }
+            }
+        };
+        Self::send_done(slf, seq, wait, fx)
+    }
+
+    /// The app's answer to `websocket.connect`.
+    fn ws_handshake_reply(
+        py: Python<'_>,
+        server: &HttpServer,
+        st: &mut ConnState,
+        fx: &mut Effects,
+        typ: &str,
+        message: &Bound<'_, PyDict>,
+    ) -> PyResult<()> {
+        let fd = st.fd;
+        match typ {
+            "websocket.accept" => Self::ws_accept(py, server, st, fx, message),
+            "websocket.close" => {
+                // Refused before the handshake: 403, as uvicorn answers.
+                fx.websocket_log = Some((logged_path(py, st), "403".to_owned()));
+                let date = server.date(py);
+                let fields = server.fields(date.as_ref().map(|d| &d[..]));
+                let bytes = error_response(403, "", &fields, false);
+                let ws = st
+                    .req
+                    .as_mut()
+                    .and_then(|r| r.ws.as_mut())
+                    .expect("a WebSocket");
+                ws.peer_gone = true;
+                st.out.push(&bytes);
+                flush_now(st, fx, fd);
+                Self::complete(py, server, st, fx, 403, false);
+                Ok(())
+            }
+            "websocket.http.response.start" => {
+                let status: u16 = message
+                    .get_item(intern!(py, "status"))?
+                    .ok_or_else(|| {
+                        PyTypeError::new_err("websocket.http.response.start needs 'status'")
+                    })?
+                    .extract()
+                    .map_err(|_| PyTypeError::new_err("'status' must be an int in 100..=599"))?;
+                if !(100..600).contains(&status) {
+                    return Err(PyRuntimeError::new_err(format!(
+                        "Invalid HTTP status code '{status}' in response."
+                    )));
+                }
+                start_message(py, st, message)?;
+                fx.websocket_log = Some((logged_path(py, st), status.to_string()));
+                let ws = st
+                    .req
+                    .as_mut()
+                    .and_then(|r| r.ws.as_mut())
+                    .expect("a WebSocket");
+                ws.state = WsState::Denying;
+                Ok(())
+            }
+            other => Err(PyRuntimeError::new_err(format!(
+                "Expected ASGI message 'websocket.accept', 'websocket.close' or \
+                 'websocket.http.response.start' but got '{other}'."
+            ))),
+        }
+    }
+
+    /// `websocket.accept`: the `101`, then the socket is open.
+    fn ws_accept(
+        py: Python<'_>,
+        server: &HttpServer,
+        st: &mut ConnState,
+        fx: &mut Effects,
+        message: &Bound<'_, PyDict>,
+    ) -> PyResult<()> {
+        let fd = st.fd;
+        let subprotocol = message
+            .get_item(intern!(py, "subprotocol"))?
+            .filter(|s| !s.is_none());
+        let subprotocol = match &subprotocol {
+            Some(s) => Some(
+                s.cast::<PyString>()
+                    .map_err(|_| PyTypeError::new_err("'subprotocol' must be a str"))?
+                    .to_str()?,
+            ),
+            None => None,
+        };
+        let held = match message.get_item(intern!(py, "headers"))? {
+            Some(h) if !h.is_none() => header_list(&h)?,
+            _ => Vec::new(),
+        };
+        let pairs: Vec<(&[u8], &[u8])> = held
+            .iter()
+            .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+            .collect();
+        let date = server.date(py);
+        let fields = server.fields(date.as_ref().map(|d| &d[..]));
+        let ws = st
+            .req
+            .as_mut()
+            .and_then(|r| r.ws.as_mut())
+            .expect("a WebSocket");
+        let accept = ws.accept;
+        st.out
+            .with_tail(|b| {
+                encode_upgrade_head(b, &accept, subprotocol.map(str::as_bytes), &pairs, &fields)
+            })
+            .map_err(|e| PyRuntimeError::new_err(format!("invalid websocket.accept: {e}")))?;
+        let opts = server
+            .opts()
+            .ws
+            .expect("a WebSocket exists only with --ws on");
+        let ws = st
+            .req
+            .as_mut()
+            .and_then(|r| r.ws.as_mut())
+            .expect("a WebSocket");
+        ws.state = WsState::Open;
+        fx.websocket_log = Some((logged_path(py, st), "[accepted]".to_owned()));
+        let ws = st
+            .req
+            .as_mut()
+            .and_then(|r| r.ws.as_mut())
+            .expect("a WebSocket");
+        if let Some(interval) = opts.ping_interval {
+            ws.ping_due = clock::monotonic() + interval;
+        }
+        st.deadline = ws.deadline();
+        server.response_done(py);
+        flush_now(st, fx, fd);
+        // Frames the client sent right behind its request are decoded now.
+        Self::ws_input(py, server, st, fx)
+    }
+
+    /// `websocket.send` / `websocket.close` on an open socket; returns whether `send()` waits
+    /// for the write queue to drain.
+    fn ws_send_open(
+        py: Python<'_>,
+        st: &mut ConnState,
+        fx: &mut Effects,
+        fd: std::os::fd::RawFd,
+        typ: &str,
+        message: &Bound<'_, PyDict>,
+    ) -> PyResult<bool> {
+        match typ {
+            "websocket.send" => {
+                let bytes = message
+                    .get_item(intern!(py, "bytes"))?
+                    .filter(|b| !b.is_none());
+                let text = message
+                    .get_item(intern!(py, "text"))?
+                    .filter(|t| !t.is_none());
+                match (bytes, text) {
+                    (Some(b), _) => with_bytes(&b, "bytes", |data| {
+                        Ok(Self::ws_write(st, fx, fd, Opcode::Binary, data))
+                    }),
+                    (None, Some(t)) => {
+                        let t = t
+                            .cast::<PyString>()
+                            .map_err(|_| PyTypeError::new_err("'text' must be a str"))?;
+                        Ok(Self::ws_write(
+                            st,
+                            fx,
+                            fd,
+                            Opcode::Text,
+                            t.to_str()?.as_bytes(),
+                        ))
+                    }
+                    (None, None) => Err(PyTypeError::new_err(
+                        "websocket.send needs 'bytes' or 'text'",
+                    )),
+                }
+            }
+            "websocket.close" => {
+                let code: u16 = match message
+                    .get_item(intern!(py, "code"))?
+                    .filter(|c| !c.is_none())
+                {
+                    Some(c) => c
+                        .extract()
+                        .map_err(|_| PyTypeError::new_err("'code' must be an int"))?,
+                    None => 1000,
+                };
+                let reason = match message
+                    .get_item(intern!(py, "reason"))?
+                    .filter(|r| !r.is_none())
+                {
+                    Some(r) => r
+                        .cast::<PyString>()
+                        .map_err(|_| PyTypeError::new_err("'reason' must be a str"))?
+                        .to_str()?
+                        .to_owned(),
+                    None => String::new(),
+                };
+                queue_close(st, Some(code), reason.as_bytes());
+                let ws = st
+                    .req
+                    .as_mut()
+                    .and_then(|r| r.ws.as_mut())
+                    .expect("a WebSocket");
+                tell_disconnect(ws, code, &reason);
+                ws.close_due = clock::monotonic() + CLOSE_TIMEOUT;
+                st.deadline = ws.deadline();
+                flush_now(st, fx, fd);
+                Ok(false)
+            }
+            other => Err(PyRuntimeError::new_err(format!(
+                "Expected ASGI message 'websocket.send' or 'websocket.close', but got '{other}'."
+            ))),
+        }
+    }
+
+    /// Writes a data frame: small ones copied behind what is queued, large payloads straight
+    /// from the app's buffer when the socket takes them (only the rest is copied).
+    fn ws_write(
+        st: &mut ConnState,
+        fx: &mut Effects,
+        fd: std::os::fd::RawFd,
+        op: Opcode,
+        data: &[u8],
+    ) -> bool {
+        if data.len() <= SMALL_BODY_COPY {
+            queue_frame(&mut st.out, op, data);
+            flush_now(st, fx, fd);
+        } else {
+            let mut head = [0u8; MAX_HEAD_LEN];
+            let n = encode_head(op, true, data.len(), &mut head);
+            st.out.push(&head[..n]);
+            let Ok(written) = st.out.flush_with(fd, data) else {
+                st.out.clear();
+                fx.close = true;
+                return false;
+            };
+            st.out.push(&data[written..]);
+            if !st.out.is_empty() && !st.writing {
+                st.writing = true;
+                fx.writing = Some(true);
+            }
+        }
+        st.out.pending() > WRITE_HIGH
+    }
+
+    /// The app's task ended after the 101: close with 1000 (it returned) or 1011 (it raised or
+    /// was cancelled), unless a close frame already went out.
+    pub(in crate::server) fn ws_app_finished(st: &mut ConnState, fx: &mut Effects, failed: bool) {
+        let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) else {
+            return;
+        };
+        if ws.close_sent {
+            if ws.peer_gone {
+                finish(st, fx);
+            }
+            return;
+        }
+        let (code, reason) = if failed {
+            (1011, "Internal Server Error")
+        } else {
+            (1000, "")
+        };
+        tell_disconnect(ws, code, reason);
+        queue_close(st, Some(code), reason.as_bytes());
+        finish(st, fx);
+    }
+
+    /// Server shutdown: an open WebSocket is closed with 1012 (service restart), as uvicorn does.
+    pub(in crate::server) fn ws_shutdown(py: Python<'_>, st: &mut ConnState, fx: &mut Effects) {
+        let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) else {
+            return;
+        };
+        if ws.state != WsState::Open || ws.close_sent {
+            return;
+        }
+        tell_disconnect(ws, 1012, "");
+        queue_close(st, Some(1012), b"");
+        if let Some(req) = st.req.as_mut() {
+            if let Some(f) = req.receive_waiter.take() {
+                if let Ok(m) = disconnect_message(py, 1012, "") {
+                    fx.resolve.push((f, m));
+                }
+            }
+        }
+        finish(st, fx);
+    }
+
+    /// The sweep found the WebSocket's deadline passed: send a keepalive ping, fail on a missing
+    /// pong (1011), or give up waiting for the client's close frame.
+    pub(in crate::server) fn ws_deadline(
+        server: &HttpServer,
+        st: &mut ConnState,
+        fx: &mut Effects,
+        now: f64,
+    ) {
+        let opts = server
+            .opts()
+            .ws
+            .expect("a WebSocket exists only with --ws on");
+        let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) else {
+            return;
+        };
+        if ws.close_due <= now {
+            fx.close = true;
+            return;
+        }
+        if ws.pong_due <= now {
+            tell_disconnect(ws, 1011, "keepalive ping timeout");
+            ws.peer_gone = true;
+            queue_close(st, Some(1011), b"keepalive ping timeout");
+            finish(st, fx);
+            return;
+        }
+        if ws.ping_due <= now && !ws.close_sent {
+            ws.pings = ws.pings.wrapping_add(1);
+            ws.ping_payload = ws.pings.to_be_bytes();
+            let payload = ws.ping_payload;
+            match opts.ping_timeout {
+                Some(t) => {
+                    ws.pong_due = now + t;
+                    ws.ping_due = opts.ping_interval.map_or(f64::INFINITY, |i| now + i.max(t));
+                }
+                None => ws.ping_due = opts.ping_interval.map_or(f64::INFINITY, |i| now + i),
+            }
+            st.deadline = ws.deadline();
+            queue_frame(&mut st.out, Opcode::Ping, &payload);
+            let fd = st.fd;
+            flush_now(st, fx, fd);
+            return;
+        }
+        st.deadline = ws.deadline();
+    }
+}
