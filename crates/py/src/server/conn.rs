@@ -128,6 +128,17 @@ pub(super) struct ConnState {
     pub(super) ws_seq: u64,
 }
 
+impl ConnState {
+    /// The current request's WebSocket session, if it is a WebSocket.
+    pub(super) fn ws(&self) -> Option<&WsSession> {
+        self.req.as_ref().and_then(|r| r.ws.as_deref())
+    }
+
+    pub(super) fn ws_mut(&mut self) -> Option<&mut WsSession> {
+        self.req.as_mut().and_then(|r| r.ws.as_deref_mut())
+    }
+}
+
 /// What a waiting Future gets when its connection closes (`close_now`).
 enum Gone {
     /// A `receive()` of an HTTP request: `http.disconnect`.
@@ -544,14 +555,23 @@ impl Conn {
             &server.fields(date.as_ref().map(|d| &d[..])),
             is_head,
         );
-        st.out.push(&bytes);
+        let warning = (e.status != 503).then(|| format!("invalid HTTP request: {}", e.reason));
+        Self::refuse(st, fx, &bytes, warning);
+    }
+
+    /// Queues `answer` to a request that never reached the app, drops what was read, logs
+    /// `warning` (the client's fault), and closes once the answer is written.
+    pub(super) fn refuse(
+        st: &mut ConnState,
+        fx: &mut Effects,
+        answer: &[u8],
+        warning: Option<String>,
+    ) {
+        st.out.push(answer);
         st.rbuf.clear();
         st.rpos = 0;
         st.phase = Phase::Closing;
-        if e.status != 503 {
-            fx.warnings
-                .push(format!("invalid HTTP request: {}", e.reason));
-        }
+        fx.warnings.extend(warning);
         let fd = st.fd;
         start_closing(st, fx, fd);
     }
@@ -563,7 +583,7 @@ impl Conn {
         st: &mut ConnState,
         fx: &mut Effects,
     ) -> PyResult<()> {
-        if st.req.as_ref().is_some_and(|r| r.ws.is_some()) {
+        if st.ws().is_some() {
             return Self::ws_input(py, server, st, fx);
         }
         let waiting = st.req.as_ref().is_some_and(|r| r.receive_waiter.is_some());
@@ -673,11 +693,7 @@ impl Conn {
         {
             let mut st = this.state.borrow(py)?;
             let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
-            let ws_open = st
-                .req
-                .as_ref()
-                .and_then(|r| r.ws.as_ref())
-                .is_some_and(|ws| ws.is_open());
+            let ws_open = st.ws().is_some_and(WsSession::is_open);
             if current && ws_open {
                 Self::ws_app_finished(&mut st, &mut fx, exc.is_some() || cancelled);
             } else if current && st.phase == Phase::Busy {
@@ -699,7 +715,7 @@ impl Conn {
                     fx.close = true;
                 } else {
                     if returned {
-                        let what = if st.req.as_ref().is_some_and(|r| r.ws.is_some()) {
+                        let what = if st.ws().is_some() {
                             "ASGI callable returned without completing handshake."
                         } else {
                             "ASGI callable returned without starting response."
@@ -791,9 +807,9 @@ impl Conn {
         let this = slf.get();
         let pending = {
             let mut st = this.state.borrow(py)?;
-            if st.phase == Phase::Busy && st.req.as_ref().is_some_and(|r| r.ws.is_some()) {
+            if st.phase == Phase::Busy && st.ws().is_some() {
                 let mut fx = Effects::default();
-                Self::ws_shutdown(py, &mut st, &mut fx);
+                Self::ws_shutdown(py, &mut st, &mut fx)?;
                 drop(st);
                 return Self::apply(slf, fx);
             }
@@ -834,7 +850,7 @@ impl Conn {
                     st.deadline = now + LINGER;
                 }
                 Phase::Idle | Phase::Lingering | Phase::Closing => fx.close = true,
-                Phase::Busy if st.req.as_ref().is_some_and(|r| r.ws.is_some()) => {
+                Phase::Busy if st.ws().is_some() => {
                     let server = this.server.bind(py).get();
                     Self::ws_deadline(server, &mut st, &mut fx, now);
                 }

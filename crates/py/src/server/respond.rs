@@ -588,6 +588,15 @@ pub(super) fn header_list<'py>(
     Ok(out)
 }
 
+/// `header_list`'s pairs as the byte slices the codec's encoders take.
+pub(super) fn header_pairs<'a>(
+    held: &'a [(Bound<'_, PyBytes>, Bound<'_, PyBytes>)],
+) -> Vec<(&'a [u8], &'a [u8])> {
+    held.iter()
+        .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+        .collect()
+}
+
 /// One `(name, value)` header of `bytes`.
 fn header_pair(item: Bound<'_, PyAny>) -> PyResult<(Bound<'_, PyBytes>, Bound<'_, PyBytes>)> {
     let not_pair = || PyTypeError::new_err("each header must be a (name, value) pair");
@@ -623,10 +632,7 @@ fn write_head(
         Some(h) => header_list(h.bind(py))?,
         None => Vec::new(),
     };
-    let pairs: Vec<(&[u8], &[u8])> = held
-        .iter()
-        .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
-        .collect();
+    let pairs = header_pairs(&held);
     let date = server.date(py);
     let fields = server.fields(date.as_ref().map(|d| &d[..]));
     out.with_tail(|buf| {

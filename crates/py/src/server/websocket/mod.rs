@@ -97,7 +97,7 @@ pub(super) struct WsSession {
     ping_due: f64,
     pong_due: f64,
     close_due: f64,
-    ping_payload: [u8; 4],
+    /// Keepalive pings sent; the last one's payload is this count, big-endian.
     pings: u32,
 }
 
@@ -116,7 +116,6 @@ impl WsSession {
             ping_due: f64::INFINITY,
             pong_due: f64::INFINITY,
             close_due: f64::INFINITY,
-            ping_payload: [0; 4],
             pings: 0,
         }
     }
@@ -209,14 +208,8 @@ pub(super) fn upgrade_step(
         Upgrade::Refused(e) if e.status == 426 => {
             let date = server.date(py);
             let bytes = version_refusal(server, date.as_ref().map(|d| &d[..]), &e);
-            st.out.push(&bytes);
-            st.rbuf.clear();
-            st.rpos = 0;
-            st.phase = Phase::Closing;
-            fx.warnings
-                .push(format!("invalid WebSocket request: {}", e.reason));
-            let fd = st.fd;
-            start_closing(st, fx, fd);
+            let warning = format!("invalid WebSocket request: {}", e.reason);
+            Conn::refuse(st, fx, &bytes, Some(warning));
             Upgrade::Refused(e)
         }
         Upgrade::Refused(e) => {
@@ -262,7 +255,7 @@ fn queue_frame(out: &mut OutQueue, op: Opcode, payload: &[u8]) {
 fn queue_close(st: &mut ConnState, code: Option<u16>, reason: &[u8]) {
     let payload = code.map_or_else(Vec::new, |c| close_payload(c, reason));
     queue_frame(&mut st.out, Opcode::Close, &payload);
-    if let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) {
+    if let Some(ws) = st.ws_mut() {
         ws.close_sent = true;
         ws.ping_due = f64::INFINITY;
         ws.pong_due = f64::INFINITY;
@@ -296,6 +289,14 @@ fn logged_path(py: Python<'_>, st: &ConnState) -> String {
     }
 }
 
+/// The payload size of a queued data message (counted against `READ_HIGH`).
+fn message_len(event: &Event) -> usize {
+    match event {
+        Event::Text(d) | Event::Binary(d) => d.len(),
+        _ => 0,
+    }
+}
+
 /// Sets the disconnect the app will be told, unless one is set already.
 fn tell_disconnect(ws: &mut WsSession, code: u16, reason: &str) {
     if ws.disconnect.is_none() {
@@ -320,7 +321,7 @@ impl Conn {
         st: &mut ConnState,
         closed: bool,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) else {
+        let Some(ws) = st.ws_mut() else {
             return disconnect_message(py, 1006, "").map(Some);
         };
         if !ws.connect_told {
@@ -332,16 +333,15 @@ impl Conn {
         if let Some(event) = ws.inbox.pop_front() {
             let msg = PyDict::new(py);
             msg.set_item(intern!(py, "type"), intern!(py, "websocket.receive"))?;
+            ws.inbox_bytes -= message_len(&event);
             match event {
                 Event::Text(data) => {
-                    ws.inbox_bytes -= data.len();
-                    // The codec validated the whole message as UTF-8; this check cannot fail.
-                    let text = std::str::from_utf8(&data)
-                        .map_err(|e| PyRuntimeError::new_err(format!("WebSocket text: {e}")))?;
+                    // SAFETY: the codec checked the whole message as UTF-8 before it made the
+                    // event (`Event::Text`'s contract), so the bytes are a valid `str`.
+                    let text = unsafe { std::str::from_utf8_unchecked(&data) };
                     msg.set_item(intern!(py, "text"), PyString::new(py, text))?;
                 }
                 Event::Binary(data) => {
-                    ws.inbox_bytes -= data.len();
                     msg.set_item(intern!(py, "bytes"), PyBytes::new(py, &data))?;
                 }
                 _ => unreachable!("only data messages are queued"),
@@ -398,7 +398,7 @@ impl Conn {
         }
         let max_queue = server.opts().ws.map_or(1, |o| o.max_queue);
         let undecoded = st.rbuf.len() - st.rpos;
-        let Some(ws) = st.req.as_ref().and_then(|r| r.ws.as_ref()) else {
+        let Some(ws) = st.ws() else {
             return;
         };
         let want = ws.close_sent
@@ -418,11 +418,7 @@ impl Conn {
         st: &mut ConnState,
         fx: &mut Effects,
     ) -> PyResult<()> {
-        let open = st
-            .req
-            .as_ref()
-            .and_then(|r| r.ws.as_ref())
-            .is_some_and(|w| w.state == WsState::Open);
+        let open = st.ws().is_some_and(|w| w.state == WsState::Open);
         if open {
             Self::ws_decode(st, fx);
         }
@@ -430,7 +426,7 @@ impl Conn {
         flush_now(st, fx, fd);
         let eof = st.eof;
         let phase = st.phase;
-        if let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) {
+        if let Some(ws) = st.ws_mut() {
             if eof && phase == Phase::Busy {
                 // The client is gone without (answering) a close frame.
                 ws.peer_gone = true;
@@ -438,15 +434,20 @@ impl Conn {
                 fx.close = true;
             }
         }
-        let waiting = st.req.as_ref().is_some_and(|r| r.receive_waiter.is_some());
-        if waiting {
+        Self::ws_wake_receiver(py, st, fx)?;
+        Self::ws_flow(server, st, fx);
+        Ok(())
+    }
+
+    /// Hands a waiting `receive()` its next message, if there is one now.
+    fn ws_wake_receiver(py: Python<'_>, st: &mut ConnState, fx: &mut Effects) -> PyResult<()> {
+        if st.req.as_ref().is_some_and(|r| r.receive_waiter.is_some()) {
             if let Some(msg) = Self::ws_next_message(py, st, false)? {
                 let req = st.req.as_mut().expect("checked above");
                 let fut = req.receive_waiter.take().expect("checked above");
                 fx.resolve.push((fut, msg));
             }
         }
-        Self::ws_flow(server, st, fx);
         Ok(())
     }
 
@@ -478,10 +479,7 @@ impl Conn {
                             None => Decoded::More,
                             Some(event @ (Event::Text(_) | Event::Binary(_))) => {
                                 if !ws.close_sent {
-                                    ws.inbox_bytes += match &event {
-                                        Event::Text(d) | Event::Binary(d) => d.len(),
-                                        _ => 0,
-                                    };
+                                    ws.inbox_bytes += message_len(&event);
                                     ws.inbox.push_back(event);
                                 }
                                 Decoded::More
@@ -493,7 +491,7 @@ impl Conn {
                                 Decoded::More
                             }
                             Some(Event::Pong(payload)) => {
-                                if ws.pong_due.is_finite() && payload == ws.ping_payload {
+                                if ws.pong_due.is_finite() && payload == ws.pings.to_be_bytes() {
                                     ws.pong_due = f64::INFINITY;
                                 }
                                 Decoded::More

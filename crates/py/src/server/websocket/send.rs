@@ -12,13 +12,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use super::{
-    disconnect_message, finish, logged_path, queue_close, queue_frame, tell_disconnect,
-    ClientDisconnected, WsState, CLOSE_TIMEOUT,
+    finish, logged_path, queue_close, queue_frame, tell_disconnect, ClientDisconnected, WsSession,
+    WsState, CLOSE_TIMEOUT,
 };
 use crate::server::conn::{
     flush_now, Conn, ConnState, Effects, Phase, SMALL_BODY_COPY, WRITE_HIGH,
 };
-use crate::server::respond::{flag, header_list, start_message, with_bytes, Body};
+use crate::server::respond::{flag, header_list, header_pairs, start_message, with_bytes, Body};
 use crate::server::HttpServer;
 
 impl Conn {
@@ -42,11 +42,7 @@ impl Conn {
                     "the WebSocket connection is closed",
                 ));
             }
-            let ws = st
-                .req
-                .as_mut()
-                .and_then(|r| r.ws.as_mut())
-                .expect("a WebSocket request");
+            let ws = st.ws_mut().expect("a WebSocket request");
             match ws.state {
                 WsState::Handshake => {
                     Self::ws_handshake_reply(py, server, &mut st, &mut fx, typ, message)?;
@@ -108,12 +104,8 @@ impl Conn {
                 let date = server.date(py);
                 let fields = server.fields(date.as_ref().map(|d| &d[..]));
                 let bytes = error_response(403, "", &fields, false);
-                let ws = st
-                    .req
-                    .as_mut()
-                    .and_then(|r| r.ws.as_mut())
-                    .expect("a WebSocket");
-                ws.peer_gone = true;
+                // The request (and its session) ends with this answer; later `receive()`s get
+                // 1006 through `ws_seq`.
                 st.out.push(&bytes);
                 flush_now(st, fx, fd);
                 Self::complete(py, server, st, fx, 403, false);
@@ -134,11 +126,7 @@ impl Conn {
                 }
                 start_message(py, st, message)?;
                 fx.websocket_log = Some((logged_path(py, st), status.to_string()));
-                let ws = st
-                    .req
-                    .as_mut()
-                    .and_then(|r| r.ws.as_mut())
-                    .expect("a WebSocket");
+                let ws = st.ws_mut().expect("a WebSocket");
                 ws.state = WsState::Denying;
                 Ok(())
             }
@@ -173,40 +161,20 @@ impl Conn {
             Some(h) if !h.is_none() => header_list(&h)?,
             _ => Vec::new(),
         };
-        let pairs: Vec<(&[u8], &[u8])> = held
-            .iter()
-            .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
-            .collect();
+        let pairs = header_pairs(&held);
         let date = server.date(py);
         let fields = server.fields(date.as_ref().map(|d| &d[..]));
-        let ws = st
-            .req
-            .as_mut()
-            .and_then(|r| r.ws.as_mut())
-            .expect("a WebSocket");
-        let accept = ws.accept;
+        let accept = st.ws().expect("a WebSocket").accept;
         st.out
             .with_tail(|b| {
                 encode_upgrade_head(b, &accept, subprotocol.map(str::as_bytes), &pairs, &fields)
             })
             .map_err(|e| PyRuntimeError::new_err(format!("invalid websocket.accept: {e}")))?;
-        let opts = server
-            .opts()
-            .ws
-            .expect("a WebSocket exists only with --ws on");
-        let ws = st
-            .req
-            .as_mut()
-            .and_then(|r| r.ws.as_mut())
-            .expect("a WebSocket");
-        ws.state = WsState::Open;
         fx.websocket_log = Some((logged_path(py, st), "[accepted]".to_owned()));
-        let ws = st
-            .req
-            .as_mut()
-            .and_then(|r| r.ws.as_mut())
-            .expect("a WebSocket");
-        if let Some(interval) = opts.ping_interval {
+        let ping_interval = server.opts().ws.and_then(|o| o.ping_interval);
+        let ws = st.ws_mut().expect("a WebSocket");
+        ws.state = WsState::Open;
+        if let Some(interval) = ping_interval {
             ws.ping_due = clock::monotonic() + interval;
         }
         st.deadline = ws.deadline();
@@ -277,11 +245,7 @@ impl Conn {
                     None => String::new(),
                 };
                 queue_close(st, Some(code), reason.as_bytes());
-                let ws = st
-                    .req
-                    .as_mut()
-                    .and_then(|r| r.ws.as_mut())
-                    .expect("a WebSocket");
+                let ws = st.ws_mut().expect("a WebSocket");
                 tell_disconnect(ws, code, &reason);
                 ws.close_due = clock::monotonic() + CLOSE_TIMEOUT;
                 st.deadline = ws.deadline();
@@ -327,7 +291,7 @@ impl Conn {
     /// The app's task ended after the 101: close with 1000 (it returned) or 1011 (it raised or
     /// was cancelled), unless a close frame already went out.
     pub(in crate::server) fn ws_app_finished(st: &mut ConnState, fx: &mut Effects, failed: bool) {
-        let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) else {
+        let Some(ws) = st.ws_mut() else {
             return;
         };
         if ws.close_sent {
@@ -347,23 +311,19 @@ impl Conn {
     }
 
     /// Server shutdown: an open WebSocket is closed with 1012 (service restart), as uvicorn does.
-    pub(in crate::server) fn ws_shutdown(py: Python<'_>, st: &mut ConnState, fx: &mut Effects) {
-        let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) else {
-            return;
+    pub(in crate::server) fn ws_shutdown(
+        py: Python<'_>,
+        st: &mut ConnState,
+        fx: &mut Effects,
+    ) -> PyResult<()> {
+        let open = |ws: &&mut WsSession| ws.state == WsState::Open && !ws.close_sent;
+        let Some(ws) = st.ws_mut().filter(open) else {
+            return Ok(());
         };
-        if ws.state != WsState::Open || ws.close_sent {
-            return;
-        }
         tell_disconnect(ws, 1012, "");
         queue_close(st, Some(1012), b"");
-        if let Some(req) = st.req.as_mut() {
-            if let Some(f) = req.receive_waiter.take() {
-                if let Ok(m) = disconnect_message(py, 1012, "") {
-                    fx.resolve.push((f, m));
-                }
-            }
-        }
         finish(st, fx);
+        Self::ws_wake_receiver(py, st, fx)
     }
 
     /// The sweep found the WebSocket's deadline passed: send a keepalive ping, fail on a missing
@@ -378,7 +338,7 @@ impl Conn {
             .opts()
             .ws
             .expect("a WebSocket exists only with --ws on");
-        let Some(ws) = st.req.as_mut().and_then(|r| r.ws.as_mut()) else {
+        let Some(ws) = st.ws_mut() else {
             return;
         };
         if ws.close_due <= now {
@@ -394,8 +354,7 @@ impl Conn {
         }
         if ws.ping_due <= now && !ws.close_sent {
             ws.pings = ws.pings.wrapping_add(1);
-            ws.ping_payload = ws.pings.to_be_bytes();
-            let payload = ws.ping_payload;
+            let payload = ws.pings.to_be_bytes();
             match opts.ping_timeout {
                 Some(t) => {
                     ws.pong_due = now + t;
