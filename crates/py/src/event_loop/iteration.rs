@@ -1,5 +1,6 @@
 //! One loop iteration (`run_once`), as asyncio's `_run_once`:
-//! 1. timeout = 0 if ready work or stop pending, else until the earliest timer, else forever;
+//! 1. timeout = 0 if ready work, Rust tasks taken in by a `call_soon`, or stop pending, else
+//!    until the earliest timer, else forever;
 //! 2. wait for I/O (GIL released only when the timeout is not zero);
 //! 3. queue the reader/writer handles of ready fds, then everything injected from other threads;
 //! 4. move due timers (deadline < now + clock resolution) to the ready queue;
@@ -28,7 +29,9 @@ impl LoopCore {
         let timeout = this.poll_timeout(py)?;
         let waker_fired = this.poll_and_queue(py, timeout)?;
         this.shared.injector.woke(waker_fired);
-        if waker_fired || this.shared.injector.has_pending() {
+        // Rust tasks a `call_soon` took in (`drain_injector`) wait in `injected_tasks` with no
+        // wake-up of their own: checked here too.
+        if waker_fired || this.shared.injector.has_pending() || this.has_injected_tasks() {
             Self::take_injected(slf)?;
         }
         // A signal may have interrupted the wait: let Python run its handlers (KeyboardInterrupt
@@ -41,7 +44,7 @@ impl LoopCore {
     /// Step 1: zero with work pending, else until the earliest timer, else forever (`None`).
     fn poll_timeout(&self, py: Python<'_>) -> PyResult<Option<Duration>> {
         let st = self.state.borrow(py)?;
-        if !st.ready.is_empty() || self.flags.stopping() {
+        if !st.ready.is_empty() || self.flags.stopping() || self.has_injected_tasks() {
             return Ok(Some(Duration::ZERO));
         }
         Ok(st.timers.peek_when().map(|when| {
@@ -209,6 +212,15 @@ impl LoopCore {
             }
         }
         Ok(())
+    }
+
+    /// Rust tasks wait in `injected_tasks` (taken in from the injector, not yet run).
+    fn has_injected_tasks(&self) -> bool {
+        !self
+            .injected_tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_empty()
     }
 
     /// Step 3b: drains the injector and runs the Rust tasks handed over by other threads.

@@ -1099,6 +1099,11 @@ impl LoopCore {
         });
     }
 
+    /// Test probe: other threads have queued work the loop has not taken in yet.
+    fn _injector_pending(&self) -> bool {
+        self.shared.injector.has_pending()
+    }
+
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         if let Some(st) = self.state.try_borrow_for_gc() {
             for entry in st.ready.iter() {
