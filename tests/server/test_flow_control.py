@@ -78,6 +78,23 @@ def test_large_response_to_a_slow_reader_arrives_intact(server, connect):
     assert connection.request("GET", "/hello").body == b"hello, world"
 
 
+def test_two_sends_waiting_at_once_both_return(server, connect):
+    """Two send() calls that both wait for the write queue to drain are both resumed (the
+    second once replaced the first one's waiter, which then never returned)."""
+    parts = 128  # 8 MiB in 64 KiB parts: far over the queue's high-water mark
+    connection = connect(server, rcvbuf=65536)
+    connection.send(b"GET /concurrent-sends?parts=%d HTTP/1.1\r\nHost: test\r\n\r\n" % parts)
+    head = connection.read_head()
+    assert head.status == 200
+    received = 0
+    while received < parts * 65536:
+        data = connection.read_exact(min(262144, parts * 65536 - received))
+        assert data, f"the stream ended after {received} bytes"
+        received += len(data)
+        time.sleep(0.001)  # a slow reader, so that send() has to wait
+    assert connection.request("GET", "/hello").body == b"hello, world"
+
+
 def test_response_stream_to_a_client_that_stops_reading_is_bounded(
     server, connect, http_request, wait_until
 ):

@@ -289,6 +289,27 @@ async def stream_unbounded(scope: Any, receive: Any, send: Any) -> None:
         pass  # ASGI 2.4: send() may raise once the client is gone
 
 
+async def concurrent_sends(scope: Any, receive: Any, send: Any) -> None:
+    """``parts`` body parts of CHUNK bytes sent two at a time (two send() calls waiting at
+    once, as two tasks of an app may do), then the end; every send() must return."""
+    parts = int(_query(scope)["parts"])
+    size = parts * CHUNK
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-length", str(size).encode())],
+        }
+    )
+    chunk = b"c" * CHUNK
+    for _ in range(parts // 2):
+        await asyncio.gather(
+            send({"type": "http.response.body", "body": chunk, "more_body": True}),
+            send({"type": "http.response.body", "body": chunk, "more_body": True}),
+        )
+    await send({"type": "http.response.body", "body": b""})
+
+
 async def hold_upload(scope: Any, receive: Any, send: Any) -> None:
     """Do not call receive() until /release?key=... was requested; then digest the body."""
     key = _query(scope)["key"]
@@ -520,6 +541,7 @@ ROUTES = {
     "/stream": stream,
     "/stream-unbounded": stream_unbounded,
     "/hold-upload": hold_upload,
+    "/concurrent-sends": concurrent_sends,
     "/release": release,
     "/slow": slow,
     "/pid": pid,

@@ -115,9 +115,16 @@ impl Conn {
             let mut st = this.state.borrow(py)?;
             let over = st.out.pending() > WRITE_HIGH;
             match st.req.as_mut() {
+                // A send made while another still waits (two tasks of an ASGI app, or a WSGI
+                // app's blocks in flight) waits for the same drain: replacing the Future would
+                // leave the first waiter unresolved for good.
                 Some(req) if req.seq == seq && over => {
-                    req.drain_waiter = Some(fut.clone_ref(py));
-                    Some(fut)
+                    if let Some(pending) = &req.drain_waiter {
+                        Some(pending.clone_ref(py))
+                    } else {
+                        req.drain_waiter = Some(fut.clone_ref(py));
+                        Some(fut)
+                    }
                 }
                 _ => None,
             }
