@@ -25,6 +25,9 @@ __all__ = [
     "TaskRegistry",
     "TimerHandle",
     "TlsRecords",
+    "WsgiCall",
+    "WsgiInput",
+    "WsgiPool",
     "__version__",
     "_after_fork_in_child",
     "_install_fast_methods",
@@ -281,6 +284,44 @@ class RequestCycle:
     def receive(self) -> Any: ...
     def send(self, message: dict[str, Any]) -> Any: ...
     def __call__(self, task: Any) -> None: ...
+
+@final
+class WsgiPool:
+    """A WSGI app and the queue of its requests; ``work`` is each pool thread's body."""
+
+    def __new__(
+        cls,
+        app: Callable[..., Any],
+        *,
+        multiprocess: bool = False,
+        proxy: Callable[[dict[str, Any]], None] | None = None,
+    ) -> WsgiPool: ...
+    def work(self) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def queued(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+
+@final
+class WsgiCall:
+    """One WSGI request: its ``start_response`` (``__call__``) and ``write``."""
+
+    def __call__(
+        self, status: str, headers: list[tuple[str, str]], exc_info: Any = None
+    ) -> Callable[[bytes], None]: ...
+    def write(self, data: bytes) -> None: ...
+    def cancel(self) -> bool: ...
+
+@final
+class WsgiInput:
+    """``wsgi.input``: the request body, read on the app's thread."""
+
+    def read(self, size: int | None = None) -> bytes: ...
+    def readline(self, size: int | None = None) -> bytes: ...
+    def readlines(self, hint: int | None = None) -> list[bytes]: ...
+    def __iter__(self) -> WsgiInput: ...
+    def __next__(self) -> bytes: ...
 
 @final
 class Ready:

@@ -51,3 +51,27 @@ async def _native_server(app: Any) -> AsyncIterator[tuple[Any, int]]:
 def native_server() -> Callable[[Any], contextlib.AbstractAsyncContextManager[tuple[Any, int]]]:
     """``async with native_server(app) as (server, port)``: see ``_native_server``."""
     return _native_server
+
+
+@pytest.fixture
+def server_churn_samples(
+    native_server: Callable[[Any], contextlib.AbstractAsyncContextManager[tuple[Any, int]]],
+) -> Callable[[Any, Callable[[int], Any], int], Any]:
+    """``await server_churn_samples(app, churn, chunks)``: serves ``app`` (``native_server``),
+    runs ``await churn(port)`` ``chunks`` times, and after each, once every app task has ended
+    and every connection is gone, takes a ``memory_sample``; returns the samples."""
+
+    async def run(app: Any, churn: Callable[[int], Any], chunks: int) -> list[tuple[int, int]]:
+        samples = []
+        async with native_server(app) as (server, port):
+            for _ in range(chunks):
+                await churn(port)
+                for _ in range(500):
+                    if server.tasks == 0 and server.connections == 0:
+                        break
+                    await asyncio.sleep(0.01)
+                assert (server.tasks, server.connections) == (0, 0)
+                samples.append(_memory_sample())
+        return samples
+
+    return run

@@ -88,22 +88,9 @@ async def churn(port: int) -> None:
         await asyncio.gather(*(one_connection(port, i % 3) for i in range(start, start + 10)))
 
 
-def test_websocket_connections_leave_memory_flat(memory_sample, native_server) -> None:
-    async def main() -> list[tuple[int, int]]:
-        samples = []
-        async with native_server(app) as (server, port):
-            for _ in range(CHUNKS):
-                await churn(port)
-                # Every app task has ended and every connection is gone before sampling.
-                for _ in range(500):
-                    if server.tasks == 0 and server.connections == 0:
-                        break
-                    await asyncio.sleep(0.01)
-                assert (server.tasks, server.connections) == (0, 0)
-                samples.append(memory_sample())
-        return samples
+def test_websocket_connections_leave_memory_flat(server_churn_samples) -> None:
 
-    samples = ferroloop.run(main())
+    samples = ferroloop.run(server_churn_samples(app, churn, CHUNKS))
     (rss0, objs0), (rss1, objs1) = samples[1], samples[-1]
     assert rss1 - rss0 < MAX_RSS_GROWTH, samples
     assert objs1 - objs0 < MAX_OBJECT_GROWTH, samples

@@ -426,7 +426,10 @@ class RawConnection:
     def read_response(self, method: str = "GET") -> Response:
         """The next complete response (a 1xx is returned on its own; call again for the final
         one). ``complete`` is False if the stream ended before the body's framing said so."""
-        response = self.read_head()
+        return self.read_body(self.read_head(), method)
+
+    def read_body(self, response: Response, method: str = "GET") -> Response:
+        """Reads the body of ``response`` (whose head ``read_head`` returned) by its framing."""
         te = response.header("transfer-encoding")
         cl = response.header("content-length")
         if method == "HEAD" or response.status < 200 or response.status in (204, 304):

@@ -81,6 +81,7 @@ def test_every_option():
         "--ws-ping-interval", "5",
         "--ws-ping-timeout", "0",
         "--no-ws-per-message-deflate",
+        "--wsgi-threads", "3",
     ]  # fmt: skip
     options = parse_args(argv)
     assert options == {
@@ -134,6 +135,7 @@ def test_every_option():
         "ws_ping_interval": 5.0,
         "ws_ping_timeout": 0.0,
         "ws_per_message_deflate": False,
+        "wsgi_threads": 3,
     }
 
 

@@ -207,6 +207,36 @@ def test_proxy_headers_middleware_is_outermost_and_optional():
     assert without.plain_app is None
 
 
+def wsgi_app(environ, start_response):
+    start_response("200 OK", [])
+    return [b""]
+
+
+def test_wsgi_app_is_not_wrapped_and_gets_the_proxy_rewrite():
+    cfg = config(wsgi_app, interface="wsgi", forwarded_allow_ips="10.0.0.1")
+    cfg.load()
+    # Never called to guess a factory, never wrapped in ASGI middleware.
+    assert cfg.loaded_app is wsgi_app
+    assert cfg.plain_app is None
+    rewrite = cfg.wsgi_proxy
+    assert rewrite is not None
+    scope = {
+        "type": "http",
+        "client": ("10.0.0.1", 5000),
+        "scheme": "http",
+        "headers": [(b"x-forwarded-for", b"1.2.3.4"), (b"x-forwarded-proto", b"https")],
+    }
+    rewrite(scope)
+    assert (scope["client"][0], scope["scheme"]) == ("1.2.3.4", "https")
+    untrusted = {**scope, "client": ("10.9.9.9", 5000), "scheme": "http"}
+    rewrite(untrusted)
+    assert (untrusted["client"][0], untrusted["scheme"]) == ("10.9.9.9", "http")
+    assert cfg.http_server_options()["ws"] is False
+    no_proxy = config(wsgi_app, interface="wsgi", proxy_headers=False)
+    no_proxy.load()
+    assert no_proxy.wsgi_proxy is None
+
+
 def test_load_twice_is_a_no_op():
     cfg = config(asgi3_app)
     cfg.load()
@@ -266,7 +296,8 @@ def test_jitter_alias():
     ("kwargs", "message"),
     [
         ({"lifespan": "maybe"}, "lifespan must be"),
-        ({"interface": "wsgi"}, "WSGI apps are not served yet"),
+        ({"interface": "wsgi3"}, "interface must be 'auto', 'asgi3', 'asgi2' or 'wsgi'"),
+        ({"interface": "wsgi", "wsgi_threads": 0}, "wsgi_threads must be more than zero"),
         ({"log_level": "loud"}, "log_level must be one of"),
         ({"port": 70000}, "port must be between"),
         ({"backlog": 0}, "backlog must be more than zero"),

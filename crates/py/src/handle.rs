@@ -367,7 +367,10 @@ fn call_context_run<'py>(
 }
 
 /// `context.run(call)` without a bound method: `PyContext_Enter`, the call, `PyContext_Exit`.
-fn run_in_context(context: &Bound<'_, PyAny>, call: impl FnOnce() -> PyResult<()>) -> PyResult<()> {
+pub(crate) fn run_in_context(
+    context: &Bound<'_, PyAny>,
+    call: impl FnOnce() -> PyResult<()>,
+) -> PyResult<()> {
     let py = context.py();
     let ctx = context.as_ptr();
     // SAFETY: we hold the GIL (`py`), and `ctx` is a live object kept alive by `context`.

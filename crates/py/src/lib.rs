@@ -36,6 +36,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<server::Conn>()?;
     m.add_class::<server::Cycle>()?;
     m.add_class::<server::Ready>()?;
+    m.add_class::<server::WsgiPool>()?;
+    m.add_class::<server::WsgiCall>()?;
+    m.add_class::<server::WsgiInput>()?;
     m.add(
         "ClientDisconnected",
         m.py().get_type::<server::ClientDisconnected>(),

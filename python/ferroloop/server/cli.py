@@ -105,7 +105,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="on shutdown, wait at most this long (s) for busy connections (default: no limit)",
     )
     add("--lifespan", choices=["auto", "on", "off"], default="auto", help="lifespan protocol")
-    add("--interface", choices=["auto", "asgi3", "asgi2"], default="auto", help="app interface")
+    add(
+        "--interface",
+        choices=["auto", "asgi3", "asgi2", "wsgi"],
+        default="auto",
+        help="app interface ('wsgi': a PEP 3333 app, run in --wsgi-threads threads)",
+    )
+    add(
+        "--wsgi-threads",
+        type=int,
+        default=10,
+        help="with --interface wsgi: threads per worker that run the app",
+    )
     add("--env-file", default=None, help="load environment variables from this .env file")
     add("--reload", action="store_true", help="restart when a file changes (development)")
     add(

@@ -39,7 +39,7 @@ logger = logging.getLogger("ferroloop.error")
 STARTUP_FAILURE = 3
 """Exit status when the app cannot be loaded or started (uvicorn's value)."""
 
-InterfaceType = Literal["auto", "asgi3", "asgi2"]
+InterfaceType = Literal["auto", "asgi3", "asgi2", "wsgi"]
 
 DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
 DEFAULT_RELOAD_INCLUDES = ["*.py"]
@@ -125,6 +125,7 @@ class Config:
         ws_ping_interval: float | None = 20.0,
         ws_ping_timeout: float | None = 20.0,
         ws_per_message_deflate: bool = True,
+        wsgi_threads: int = 10,
     ) -> None:
         self.app = app
         self.host = host
@@ -152,7 +153,10 @@ class Config:
         self.timeout_keep_alive = timeout_keep_alive
         self.timeout_graceful_shutdown = timeout_graceful_shutdown
         self.lifespan: LifespanMode = lifespan
-        self.interface: Literal["auto", "asgi3", "asgi2"] = interface
+        self.interface: InterfaceType = interface
+        self.wsgi_threads = wsgi_threads
+        # interface="wsgi": `ProxyHeadersMiddleware.rewrite` when proxy headers are trusted.
+        self.wsgi_proxy: Callable[[dict[str, Any]], None] | None = None
         self.env_file = env_file
         self.reload = reload
         self.reload_delay = reload_delay
@@ -230,12 +234,11 @@ class Config:
     def _validate(self) -> None:
         if self.lifespan not in ("auto", "on", "off"):
             raise ValueError(f"lifespan must be 'auto', 'on' or 'off', not {self.lifespan!r}")
-        if self.interface == "wsgi":  # type: ignore[comparison-overlap]
-            raise ValueError("WSGI apps are not served yet; wrap the app in an ASGI adapter")
-        if self.interface not in ("auto", "asgi3", "asgi2"):
+        if self.interface not in ("auto", "asgi3", "asgi2", "wsgi"):
             raise ValueError(
-                f"interface must be 'auto', 'asgi3' or 'asgi2', not {self.interface!r}"
+                f"interface must be 'auto', 'asgi3', 'asgi2' or 'wsgi', not {self.interface!r}"
             )
+        _positive("wsgi_threads", self.wsgi_threads)
         if self.app_task not in ("native", "asyncio"):
             raise ValueError(f"app_task must be 'native' or 'asyncio', not {self.app_task!r}")
         if isinstance(self.log_level, str) and self.log_level.lower() not in LOG_LEVELS:
@@ -308,6 +311,8 @@ class Config:
             except TypeError as exc:
                 logger.error("Error loading ASGI app factory: %s", exc)
                 sys.exit(STARTUP_FAILURE)
+        elif self.interface == "wsgi":
+            pass  # app(environ, start_response): never called here to guess a factory
         elif callable(app) and not looks_like_asgi_app(app):
             # A plain function: an ASGI 2 app(scope) or a factory. Like uvicorn, call it with no
             # arguments; a TypeError means it wants arguments, so it is the app itself.
@@ -329,6 +334,14 @@ class Config:
             )
             sys.exit(STARTUP_FAILURE)
 
+        if self.interface == "wsgi":
+            # No ASGI wrapping: the native server runs it in its thread pool (WsgiPool), and
+            # applies the proxy headers to the scope before the environ is built.
+            if self.proxy_headers:
+                self.wsgi_proxy = ProxyHeadersMiddleware(app, self.forwarded_allow_ips).rewrite
+            self.loaded_app = app
+            self.loaded = True
+            return
         if self.interface == "auto":
             self.interface = detect_interface(app)
         if self.interface == "asgi2":
@@ -361,7 +374,7 @@ class Config:
             "trace_connections": (
                 message_logger.trace_connection if message_logger.wanted() else None
             ),
-            "ws": self.ws != "none",
+            "ws": self.ws != "none" and self.interface != "wsgi",
             "ws_max_size": self.ws_max_size,
             "ws_max_queue": self.ws_max_queue,
             "ws_ping_interval": self.ws_ping_interval,

@@ -136,6 +136,12 @@ class ProxyHeadersMiddleware:
             self.apply(scope)
         return self.app(scope, receive, send)
 
+    def rewrite(self, scope: Scope) -> None:
+        """``apply`` if the peer is trusted: what ``__call__`` does before calling the app (the
+        native WSGI path calls it directly, with no ASGI app in between)."""
+        if self.is_trusted(scope.get("client")):
+            self.apply(scope)
+
     def apply(self, scope: Scope) -> None:
         proto: bytes | None = None
         forwarded_for: list[bytes] = []

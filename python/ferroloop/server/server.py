@@ -44,6 +44,7 @@ logger = logging.getLogger("ferroloop.error")
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 TICK = 0.1
+WSGI_THREAD_JOIN = 1.0  # seconds to wait for each WSGI thread once the pool is closed
 SHUTDOWN_GRACE = 0.1  # seconds between stop-accepting and closing idle connections
 
 
@@ -88,6 +89,8 @@ class Server:
             config.limit_max_requests, config.max_requests_jitter
         )
         self._owns_sockets = False
+        self.wsgi_pool: Any = None
+        self._wsgi_threads: list[threading.Thread] = []
 
     # -- running -------------------------------------------------------------------------------
 
@@ -122,7 +125,9 @@ class Server:
             # block the whole loop in accept() (asyncio's create_server(sock=...) does the same).
             sock.setblocking(False)
 
-        self.lifespan = Lifespan(config.loaded_app, config.lifespan, config.asgi_version)
+        # A WSGI app has no lifespan protocol.
+        lifespan_mode = "off" if config.interface == "wsgi" else config.lifespan
+        self.lifespan = Lifespan(config.loaded_app, lifespan_mode, config.asgi_version)
         await self.lifespan.startup()
         if self.lifespan.should_exit:
             self._close_listeners(listeners)
@@ -133,6 +138,7 @@ class Server:
         except BaseException:
             for srv in self.servers:
                 srv.abort()
+            self._stop_wsgi_pool()
             self._close_listeners(listeners)
             raise
         if self._owns_sockets:
@@ -147,6 +153,7 @@ class Server:
             for srv in self.servers:
                 srv.close()
                 srv.abort()
+            self._stop_wsgi_pool()
             self._close_listeners(listeners)
             raise
         await self.shutdown(listeners)
@@ -159,11 +166,14 @@ class Server:
         options = self.config.http_server_options()
         access_log = access_log_callback(self.config.access_log)
         log_error = ErrorLog()
+        app = self.config.loaded_app
+        if self.config.interface == "wsgi":
+            app = self._start_wsgi_pool()
         for sock in listeners:
             srv = cls(
                 loop,
                 sock,
-                self.config.loaded_app,
+                app,
                 state=self.lifespan.state,
                 access_log=access_log,
                 log_error=log_error,
@@ -172,6 +182,33 @@ class Server:
             )
             self.servers.append(srv)
             srv.start()  # accepting begins here, once the server is registered for cleanup
+
+    def _start_wsgi_pool(self) -> Any:
+        """The native pool a WSGI app runs in, and its ``wsgi_threads`` threads."""
+        from .. import _native
+
+        config = self.config
+        pool = _native.WsgiPool(
+            config.loaded_app, multiprocess=config.workers > 1, proxy=config.wsgi_proxy
+        )
+        self.wsgi_pool = pool
+        for i in range(config.wsgi_threads):
+            # Daemon threads: an app blocked for good cannot keep the process alive after the
+            # graceful-shutdown timeout.
+            thread = threading.Thread(target=pool.work, name=f"ferroloop-wsgi-{i}", daemon=True)
+            thread.start()
+            self._wsgi_threads.append(thread)
+        return pool
+
+    def _stop_wsgi_pool(self) -> None:
+        if self.wsgi_pool is None:
+            return
+        self.wsgi_pool.close()
+        for thread in self._wsgi_threads:
+            thread.join(WSGI_THREAD_JOIN)
+            if thread.is_alive():
+                logger.warning("WSGI thread %s is still running the app; leaving it", thread.name)
+        self._wsgi_threads.clear()
 
     @property
     def total_requests(self) -> int:
@@ -249,6 +286,7 @@ class Server:
         for srv in self.servers:
             srv.abort()
         await asyncio.sleep(0)  # let the cancelled app tasks of aborted connections unwind
+        self._stop_wsgi_pool()
 
         if not self.force_exit and self.lifespan is not None:
             await self.lifespan.shutdown()

@@ -22,6 +22,7 @@
 //!   raises it.
 
 pub mod body;
+pub mod cgi;
 pub mod date;
 pub mod request;
 pub mod response;
@@ -32,6 +33,7 @@ mod random_tests;
 use std::fmt;
 
 pub use body::{BodyDecoder, Decoded};
+pub use cgi::cgi_key;
 pub use date::{format_http_date, DateCache};
 pub use request::{parse_head, BodyKind, Head, Limits};
 pub use response::{

@@ -615,6 +615,9 @@ impl Conn {
         let this = slf.get();
         let server_b = this.server.bind(py);
         let server = server_b.get();
+        if let Some(pool) = server.wsgi() {
+            return super::wsgi::start(slf, pool.bind(py), scope, seq, forwarded);
+        }
         let cycle = Bound::new(
             py,
             Cycle {
@@ -686,7 +689,11 @@ impl Conn {
         let mut fx = Effects::default();
         if let Some(e) = exc {
             fx.logs.push((
-                "Exception in ASGI application\n".into(),
+                if server.wsgi().is_some() {
+                    "Exception in WSGI application\n".into()
+                } else {
+                    "Exception in ASGI application\n".into()
+                },
                 Some(e.clone().unbind()),
             ));
         }
@@ -736,6 +743,23 @@ impl Conn {
             }
         }
         Self::apply(slf, fx)
+    }
+
+    /// The connection is closed (its fd is gone).
+    pub(super) fn is_closed(slf: &Bound<'_, Self>) -> bool {
+        slf.get()
+            .state
+            .borrow(slf.py())
+            .map_or(true, |st| st.phase == Phase::Closed)
+    }
+
+    /// Request `seq` is current and waits for `100 Continue` before its body.
+    pub(super) fn expects_continue(slf: &Bound<'_, Self>, seq: u64) -> PyResult<bool> {
+        let st = slf.get().state.borrow(slf.py())?;
+        Ok(st
+            .req
+            .as_ref()
+            .is_some_and(|r| r.seq == seq && r.expect_continue))
     }
 
     /// Closes at once: out of the poller, fd closed, waiters told the client is gone.

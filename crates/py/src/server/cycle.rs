@@ -39,6 +39,11 @@ impl Ready {
     pub(crate) fn new(value: Py<PyAny>) -> Self {
         Self { value }
     }
+
+    /// What awaiting it returns.
+    pub(crate) fn value(&self, py: Python<'_>) -> Py<PyAny> {
+        self.value.clone_ref(py)
+    }
 }
 
 #[pymethods]

@@ -23,6 +23,7 @@ mod receive;
 mod respond;
 mod scope;
 mod websocket;
+mod wsgi;
 
 use std::io::{self, Write as _};
 use std::os::fd::RawFd;
@@ -40,6 +41,7 @@ use pyo3::PyTraverseError;
 pub use conn::Conn;
 pub use cycle::{install_ready_am_send, Cycle, Ready};
 pub use websocket::ClientDisconnected;
+pub use wsgi::{WsgiCall, WsgiInput, WsgiPool};
 
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
@@ -97,6 +99,8 @@ pub struct HttpServer {
     sock: Py<PyAny>,
     listen_fd: RawFd,
     app: Py<PyAny>,
+    /// `app` is a WSGI app's pool (`wsgi/`): requests run there instead of in app tasks.
+    wsgi: Option<Py<WsgiPool>>,
     /// `app` without its proxy-headers middleware, if it has one: see `app_for`.
     plain_app: Option<Py<PyAny>>,
     access_log: Option<Py<PyAny>>,
@@ -219,6 +223,11 @@ impl HttpServer {
             loop_: loop_.clone().unbind(),
             sock: sock.clone().unbind(),
             listen_fd: fd,
+            wsgi: app
+                .bind(py)
+                .cast::<WsgiPool>()
+                .ok()
+                .map(|p| p.clone().unbind()),
             app,
             plain_app,
             access_log,
@@ -436,6 +445,7 @@ impl HttpServer {
         visit.call(&self.sock)?;
         visit.call(&self.app)?;
         visit.call(&self.plain_app)?;
+        visit.call(&self.wsgi)?;
         visit.call(&self.access_log)?;
         visit.call(&self.log_error)?;
         visit.call(&self.trace_connections)?;
@@ -476,6 +486,11 @@ crate::native_call::native_call!(HttpServer, |slf, arg| arg
 impl HttpServer {
     pub(crate) fn loop_core(&self) -> &Py<LoopCore> {
         &self.loop_
+    }
+
+    /// The WSGI app's pool, if the app is a WSGI app.
+    pub(crate) fn wsgi(&self) -> Option<&Py<WsgiPool>> {
+        self.wsgi.as_ref()
     }
 
     pub(crate) fn opts(&self) -> &Options {
