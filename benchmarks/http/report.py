@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/machine.py
-import scenarios
-import servers
 from machine import fmt
 
 FLAG = "⚠"
@@ -54,17 +52,17 @@ def _stats(samples: list[dict]) -> dict:
     }
 
 
-def summarize(cases: list[dict]) -> list[dict]:
-    """One entry per (scenario, connections): stats per server and ferroloop/peer ratios."""
+def summarize(cases: list[dict], titles: dict[str, str]) -> list[dict]:
+    """One entry per (scenario, connections): stats per server and ferroloop/peer ratios.
+
+    `titles` maps each scenario's name to the title its tables get."""
     tables = []
     for case in cases:
         stats = {name: _stats(samples) for name, samples in case["runs"].items()}
-        title = scenarios.BY_NAME[case["scenario"]].title
+        title = titles[case["scenario"]]
         ferro = stats.get("ferroloop", {})
         rps_ratio, p99_ratio = {}, {}
-        for peer in servers.PEERS:
-            if peer not in stats:
-                continue
+        for peer in (name for name in stats if name != "ferroloop"):
             if ferro.get("rps", {}).get("median") and stats[peer]["rps"]["median"]:
                 rps_ratio[peer] = ferro["rps"]["median"] / stats[peer]["rps"]["median"]
             if ferro.get("p99_ms") and stats[peer]["p99_ms"]:
@@ -196,7 +194,7 @@ def _noise_line(cases: list[dict]) -> list[str]:
     return [line]
 
 
-def markdown(meta: dict, cases: list[dict], tables: list[dict]) -> str:
+def markdown(meta: dict, cases: list[dict], tables: list[dict], what: str) -> str:
     versions = []
     for name, info in meta["servers"].items():
         extra = [f"{k} {v}" for k, v in info.items() if k not in ("version", "debug_build")]
@@ -204,7 +202,7 @@ def markdown(meta: dict, cases: list[dict], tables: list[dict]) -> str:
     pinning = "pinned: server on core 0, wrk on core 1" if meta["pinned"] else "NOT pinned"
     before, after = meta["load_avg_1min"]
     lines = [
-        "# HTTP server benchmarks",
+        f"# {what} benchmarks",
         "",
         f"- date: {meta['date']}, {meta['duration_s']} s; command: `{meta['command']}`",
         f"- revision: {meta['revision']}; machine: {meta['cpu']}, {meta['platform']}",
@@ -245,7 +243,7 @@ def markdown(meta: dict, cases: list[dict], tables: list[dict]) -> str:
     return "\n".join(lines + _notes(cases))
 
 
-def plot(meta: dict, tables: list[dict], path: Path) -> None:
+def plot(meta: dict, tables: list[dict], path: Path, what: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -260,7 +258,12 @@ def plot(meta: dict, tables: list[dict], path: Path) -> None:
         if any(t["stats"][name]["rps"]["median"] is not None for t in tables)
     ]
     absent = [name for name in (tables[0]["stats"] if tables else []) if name not in names]
-    colors = {"granian": "tab:green", "uvicorn": "tab:blue", "hypercorn": "tab:purple"}
+    colors = {
+        "granian": "tab:green",
+        "uvicorn": "tab:blue",
+        "hypercorn": "tab:purple",
+        "gunicorn": "tab:brown",
+    }
     by_key = {(t["scenario"], t["conns"]): t for t in tables}
     fig, axes = plt.subplots(
         2, len(scenario_names), figsize=(4.6 * len(scenario_names), 7.4), squeeze=False
@@ -297,17 +300,17 @@ def plot(meta: dict, tables: list[dict], path: Path) -> None:
                 ax.set_yscale("log")
                 scale = ", log scale"
             if key == "rps":
-                what = "requests/s (median; bars span min to max), higher is better"
+                metric = "requests/s (median; bars span min to max), higher is better"
             else:
-                what = "latency p99, ms (median), lower is better"
-            title = scenarios.BY_NAME[scenario].title
-            ax.set_title(f"{title}\n{what}{scale}", fontsize=8)
+                metric = "latency p99, ms (median), lower is better"
+            title = meta["scenarios"][scenario]
+            ax.set_title(f"{title}\n{metric}{scale}", fontsize=8)
             ax.tick_params(labelsize=7)
             ax.margins(y=0.12)
     if names:
         axes[0][0].legend(fontsize=7)
     fig.suptitle(
-        f"HTTP servers, 1 worker, wrk -t1 -d{meta['wrk_duration_s']}s, "
+        f"{what}s, 1 worker, wrk -t1 -d{meta['wrk_duration_s']}s, "
         f"{meta['repeats']} run(s) per bar ({meta['date'][:10]}, {meta['cpu']})"
         + (f"; no result: {', '.join(absent)}" if absent else "")
         + f"; {FLAG}: a run had socket errors or error responses",
@@ -318,12 +321,14 @@ def plot(meta: dict, tables: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def write_all(out: Path, meta: dict, cases: list[dict]) -> str:
+def write_all(out: Path, meta: dict, cases: list[dict], stem: str, what: str) -> str:
+    """Write STEM.md, STEM.json and STEM.png to `out`; `what` ("HTTP server") titles them.
+    Returns the markdown."""
     out.mkdir(parents=True, exist_ok=True)
-    tables = summarize(cases)
-    text = markdown(meta, cases, tables)
-    (out / "http.md").write_text(text)
+    tables = summarize(cases, meta["scenarios"])
+    text = markdown(meta, cases, tables, what)
+    (out / f"{stem}.md").write_text(text)
     payload = {"meta": meta, "tables": tables, "cases": cases}
-    (out / "http.json").write_text(json.dumps(payload, indent=1) + "\n")
-    plot(meta, tables, out / "http.png")
+    (out / f"{stem}.json").write_text(json.dumps(payload, indent=1) + "\n")
+    plot(meta, tables, out / f"{stem}.png", what)
     return text

@@ -7,7 +7,8 @@ For every repeat, scenario, connection count and server (servers rotated each re
 outermost, so machine drift spreads over every column): start the server fresh on core 0, wait
 until it answers the scenario's request correctly, run wrk on core 1 for a 2 s warm-up and then
 for the measured duration, check the answer again, stop the server. Results:
-benchmarks/results/http.{md,json,png}. See benchmarks/README.md.
+benchmarks/results/http.{md,json,png}. `wsgi.py` runs the same functions with another `Suite`
+(WSGI apps and servers). See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/machine.py
@@ -34,21 +36,44 @@ WARMUP_S = 2
 OVERHEAD_S = 1.1
 
 
+@dataclass(frozen=True)
+class Suite:
+    """What a runner compares, and where it reports: `run.py` is HTTP (ASGI), `wsgi.py` WSGI."""
+
+    script: str  # recorded as the results' command
+    description: str  # the first line of --help
+    servers: dict[str, servers.Server]  # in column order, ferroloop last
+    scenarios: dict[str, scenarios.Scenario]  # in row order
+    stem: str  # results go to STEM.md, STEM.json, STEM.png
+    what: str  # "HTTP server": titles the report and the plot
+
+
+HTTP = Suite(
+    script="benchmarks/http/run.py",
+    description=__doc__.split("\n")[0],
+    servers=servers.BY_NAME,
+    scenarios=scenarios.BY_NAME,
+    stem="http",
+    what="HTTP server",
+)
+
+
 def csv(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: list[str], suite: Suite) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=suite.description)
+    names, scenario_names = tuple(suite.servers), tuple(suite.scenarios)
     parser.add_argument(
         "--servers",
-        default=",".join(servers.NAMES),
-        help=f"comma-separated subset of {','.join(servers.NAMES)} (default: all)",
+        default=",".join(names),
+        help=f"comma-separated subset of {','.join(names)} (default: all)",
     )
     parser.add_argument(
         "--scenarios",
-        default=",".join(scenarios.BY_NAME),
-        help=f"comma-separated subset of {','.join(scenarios.BY_NAME)} (default: all)",
+        default=",".join(scenario_names),
+        help=f"comma-separated subset of {','.join(scenario_names)} (default: all)",
     )
     parser.add_argument("--duration", type=int, default=8, help="seconds per measurement (8)")
     parser.add_argument("--repeats", type=int, default=3, help="measurements per cell (3)")
@@ -58,16 +83,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"output dir (default {RESULTS})")
     args = parser.parse_args(argv)
     args.servers = csv(args.servers)
-    unknown = sorted(set(args.servers) - set(servers.NAMES))
+    unknown = sorted(set(args.servers) - set(names))
     if unknown:
-        parser.error(f"unknown server(s) {', '.join(unknown)}; choose from {servers.NAMES}")
+        parser.error(f"unknown server(s) {', '.join(unknown)}; choose from {names}")
     # Table columns always in the canonical order, whatever order was asked for.
-    args.servers = [name for name in servers.NAMES if name in args.servers]
+    args.servers = [name for name in names if name in args.servers]
     args.scenarios = csv(args.scenarios)
-    unknown = sorted(set(args.scenarios) - set(scenarios.BY_NAME))
+    unknown = sorted(set(args.scenarios) - set(scenario_names))
     if unknown:
-        parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {scenarios.BY_NAME}")
-    args.scenarios = [name for name in scenarios.BY_NAME if name in args.scenarios]
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {scenario_names}")
+    args.scenarios = [name for name in scenario_names if name in args.scenarios]
     try:
         args.connections = [int(c) for c in csv(args.connections)]
     except ValueError:
@@ -81,12 +106,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def probe_servers(names: list[str]) -> tuple[dict, dict]:
+def probe_servers(names: list[str], suite: Suite) -> tuple[dict, dict]:
     """{name: version info} for the servers that can run, {name: why not} for the rest."""
     available, missing = {}, {}
     for name in names:
         try:
-            available[name] = servers.probe(servers.BY_NAME[name])
+            available[name] = servers.probe(suite.servers[name])
         except (LookupError, subprocess.TimeoutExpired) as exc:
             missing[name] = str(exc)
     debug = available.get("ferroloop", {}).get("debug_build", False)
@@ -182,8 +207,10 @@ def progress(what: str, sample: dict) -> None:
     print(f"  {what}  {shown}", file=sys.stderr, flush=True)
 
 
-def run_all(args, names: list[str], missing_servers: dict, pins, workdir: Path) -> list[dict]:
-    chosen = [scenarios.BY_NAME[name] for name in args.scenarios]
+def run_all(
+    args, suite: Suite, names: list[str], missing_servers: dict, pins, workdir: Path
+) -> list[dict]:
+    chosen = [suite.scenarios[name] for name in args.scenarios]
     cases = [
         {"scenario": s.name, "conns": c, "runs": {n: [] for n in names}}
         for s in chosen
@@ -217,7 +244,7 @@ def run_all(args, names: list[str], missing_servers: dict, pins, workdir: Path) 
                     else:
                         try:
                             sample = measure(
-                                servers.BY_NAME[name], scenario, conns, args, pins, workdir
+                                suite.servers[name], scenario, conns, args, pins, workdir
                             )
                         except servers.StartFailed as exc:
                             sample = {"error": f"{name} failed to start: {exc}"}
@@ -236,15 +263,15 @@ def run_all(args, names: list[str], missing_servers: dict, pins, workdir: Path) 
     return cases
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+def main(argv: list[str], suite: Suite = HTTP) -> int:
+    args = parse_args(argv, suite)
     reason = wrk.available()
     if reason:
         sys.exit(reason)
     pin0, pin1, pin_warning = cpu_pins()
     if pin_warning:
         print(f"warning: {pin_warning}", file=sys.stderr)
-    available, missing_servers = probe_servers(args.servers)
+    available, missing_servers = probe_servers(args.servers, suite)
     for name, why in missing_servers.items():
         print(f"{name}: missing ({why})", file=sys.stderr)
     if not available:
@@ -253,10 +280,10 @@ def main(argv: list[str]) -> int:
     estimate = cells * (WARMUP_S + args.duration + OVERHEAD_S) / 60
     print(f"{cells} measurements, about {estimate:.0f} min", file=sys.stderr, flush=True)
     started, load_before = time.time(), os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="ferroloop-http-bench-") as tmp:
-        cases = run_all(args, args.servers, missing_servers, (pin0, pin1), Path(tmp))
+    with tempfile.TemporaryDirectory(prefix=f"ferroloop-{suite.stem}-bench-") as tmp:
+        cases = run_all(args, suite, args.servers, missing_servers, (pin0, pin1), Path(tmp))
     meta = {
-        **run_meta("benchmarks/http/run.py", argv, started, load_before, pin_warning is None),
+        **run_meta(suite.script, argv, started, load_before, pin_warning is None),
         "cpus": os.cpu_count(),
         "wrk": wrk.version(),
         "wrk_duration_s": args.duration,
@@ -266,12 +293,12 @@ def main(argv: list[str]) -> int:
         "servers": available,
         "missing": missing_servers,
         "commands": {
-            name: " ".join(["python", *servers.BY_NAME[name].command("APP", "PORT")[1:]])
+            name: " ".join(["python", *suite.servers[name].command("APP", "PORT")[1:]])
             for name in args.servers
         },
-        "scenarios": {name: scenarios.BY_NAME[name].title for name in args.scenarios},
+        "scenarios": {name: suite.scenarios[name].title for name in args.scenarios},
     }
-    text = report.write_all(args.out, meta, cases)
+    text = report.write_all(args.out, meta, cases, suite.stem, suite.what)
     print(text)
     return 0
 
