@@ -26,6 +26,7 @@ __all__ = [
     "TimerHandle",
     "TlsRecords",
     "WsgiCall",
+    "WsgiFileWrapper",
     "WsgiInput",
     "WsgiPool",
     "__version__",
@@ -312,6 +313,15 @@ class WsgiCall:
     ) -> Callable[[bytes], None]: ...
     def write(self, data: bytes) -> None: ...
     def cancel(self) -> bool: ...
+
+@final
+class WsgiFileWrapper:
+    """``wsgi.file_wrapper``: a regular file is sent with ``sendfile``, anything else iterated."""
+
+    def __new__(cls, filelike: Any, blksize: int = 8192) -> WsgiFileWrapper: ...
+    def __iter__(self) -> WsgiFileWrapper: ...
+    def __next__(self) -> Any: ...
+    def close(self) -> None: ...
 
 @final
 class WsgiInput:

@@ -62,10 +62,12 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
     "$VENV/bin/pip" install -q --upgrade pip
     "$VENV/bin/pip" install -q "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" httpx fastapi \
-        starlette aiohttp websockets anyio trustme gunicorn
+        starlette aiohttp websockets anyio trustme gunicorn flask django
 fi
 # Test dependencies added after a venv was made.
-"$VENV/bin/python" -c "import gunicorn" 2>/dev/null || "$VENV/bin/pip" install -q gunicorn
+for module in gunicorn flask django; do
+    "$VENV/bin/python" -c "import $module" 2>/dev/null || "$VENV/bin/pip" install -q "$module"
+done
 echo "== building ferroloop for $("$VENV/bin/python" --version)"
 VIRTUAL_ENV="$PWD/$VENV" PATH="$PWD/$VENV/bin:$PATH" CARGO_TARGET_DIR="target/$TAG" \
     "$VENV/bin/maturin" develop --release -q

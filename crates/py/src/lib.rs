@@ -39,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<server::WsgiPool>()?;
     m.add_class::<server::WsgiCall>()?;
     m.add_class::<server::WsgiInput>()?;
+    m.add_class::<server::WsgiFileWrapper>()?;
     m.add(
         "ClientDisconnected",
         m.py().get_type::<server::ClientDisconnected>(),

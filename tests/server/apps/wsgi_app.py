@@ -9,12 +9,14 @@ holds a thread (and in which order the calls ran) without measuring time.
 from __future__ import annotations
 
 import http
+import io
 import json
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -144,6 +146,39 @@ def _big(environ: Environ, start_response: StartResponse) -> Iterator[bytes]:
         yield block
 
 
+# How many files /file-wrapper responses closed (PEP 3333: the wrapper's close() closes them).
+_file_closes = 0
+
+
+class _TrackedFile(io.FileIO):
+    def close(self) -> None:
+        global _file_closes
+        if not self.closed:
+            _file_closes += 1
+        super().close()
+
+
+def _file_wrapper(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+    """This file from ``offset`` through ``wsgi.file_wrapper``: a real file (sent with
+    sendfile by ferroloop), or with ``kind=bytesio`` an in-memory one (iterated)."""
+    query = _query(environ)
+    offset = int(query.get("offset", "0"))
+    if query.get("kind") == "bytesio":
+        filelike: Any = io.BytesIO(Path(__file__).read_bytes())
+    else:
+        filelike = _TrackedFile(__file__)
+    filelike.seek(offset)
+    headers = [("Content-Type", "text/x-python")]
+    if "declare" in query:
+        size = Path(__file__).stat().st_size - offset
+        headers.append(("Content-Length", str(size)))
+    start_response("200 OK", headers)
+    wrapper = environ.get("wsgi.file_wrapper")
+    if wrapper is None:  # a server without one (PEP 3333 makes it optional)
+        return iter(lambda: filelike.read(4096), b"")
+    return wrapper(filelike, 4096)
+
+
 def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
     path = environ["PATH_INFO"]
     stream = environ["wsgi.input"]
@@ -203,6 +238,10 @@ def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         return _slow(environ, start_response)
     if path == "/big":
         return _big(environ, start_response)
+    if path == "/file-wrapper":
+        return _file_wrapper(environ, start_response)
+    if path == "/file-closes":
+        return _text(start_response, str(_file_closes).encode())
     if path == "/produced":
         return _text(start_response, str(_produced).encode())
     if path == "/status":

@@ -41,7 +41,7 @@ use pyo3::PyTraverseError;
 pub use conn::Conn;
 pub use cycle::{install_ready_am_send, Cycle, Ready};
 pub use websocket::ClientDisconnected;
-pub use wsgi::{WsgiCall, WsgiInput, WsgiPool};
+pub use wsgi::{WsgiCall, WsgiFileWrapper, WsgiInput, WsgiPool};
 
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;

@@ -31,7 +31,6 @@ impl Conn {
     ) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let this = slf.get();
-        let server = this.server.bind(py).get();
         let typ = message
             .get_item(intern!(py, "type"))?
             .ok_or_else(|| PyTypeError::new_err("ASGI message without a 'type'"))?;
@@ -42,6 +41,57 @@ impl Conn {
         if this.state.borrow(py)?.ws_seq == seq {
             return Self::ws_send(slf, seq, typ, message);
         }
+        Self::send_http(slf, seq, typ, |py, fd, server, st, fx| match typ {
+            "http.response.start" => {
+                start_message(py, st, message)?;
+                Ok(false)
+            }
+            "http.response.body" => {
+                let more = flag(message, intern!(py, "more_body"))?;
+                with_body(message, |data| {
+                    Self::send_body(py, fd, server, st, fx, Body::Bytes(data), more)
+                })
+            }
+            "http.response.pathsend" => {
+                let body = pathsend_body(message)?;
+                Self::send_body(py, fd, server, st, fx, body, false)
+            }
+            "http.response.zerocopysend" => {
+                let body = zerocopy_body(message)?;
+                let more = flag(message, intern!(py, "more_body"))?;
+                Self::send_body(py, fd, server, st, fx, body, more)
+            }
+            "http.response.trailers" => {
+                let more = flag(message, intern!(py, "more_trailers"))?;
+                let headers = message.get_item(intern!(py, "headers"))?;
+                Self::send_trailers(py, fd, server, st, fx, headers.as_ref(), more)?;
+                Ok(false)
+            }
+            other => Err(PyRuntimeError::new_err(format!(
+                "Unexpected ASGI message '{other}' sent for an http request."
+            ))),
+        })
+    }
+
+    /// One HTTP response message `typ` of request `seq`: `part` runs under the state's borrow
+    /// once the request is known to be current and answering, and returns whether `send()`
+    /// must wait for the queue to drain. A message for a closed connection, or for a request
+    /// rejected mid-body, is dropped (as uvicorn does); one after the response is an error.
+    pub(super) fn send_http(
+        slf: &Bound<'_, Self>,
+        seq: u64,
+        typ: &str,
+        part: impl FnOnce(
+            Python<'_>,
+            RawFd,
+            &HttpServer,
+            &mut ConnState,
+            &mut Effects,
+        ) -> PyResult<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        let server = this.server.bind(py).get();
         let mut fx = Effects::default();
         let wait = {
             let mut st = this.state.borrow(py)?;
@@ -59,41 +109,7 @@ impl Conn {
                 // The request was rejected mid-body (bad framing, body limit) and answered.
                 return ready_none(py);
             }
-            let fd = this.fd;
-            match typ {
-                "http.response.start" => {
-                    start_message(py, &mut st, message)?;
-                    false
-                }
-                "http.response.body" => {
-                    let more = flag(message, intern!(py, "more_body"))?;
-                    with_body(message, |data| {
-                        let body = Body::Bytes(data);
-                        Self::send_body(py, fd, server, &mut st, &mut fx, body, more)
-                    })?
-                }
-                "http.response.pathsend" => {
-                    let body = pathsend_body(message)?;
-                    Self::send_body(py, fd, server, &mut st, &mut fx, body, false)?
-                }
-                "http.response.zerocopysend" => {
-                    let body = zerocopy_body(message)?;
-                    let more = flag(message, intern!(py, "more_body"))?;
-                    Self::send_body(py, fd, server, &mut st, &mut fx, body, more)?
-                }
-                "http.response.trailers" => {
-                    let more = flag(message, intern!(py, "more_trailers"))?;
-                    let headers = message.get_item(intern!(py, "headers"))?;
-                    let headers = headers.as_ref();
-                    Self::send_trailers(py, fd, server, &mut st, &mut fx, headers, more)?;
-                    false
-                }
-                other => {
-                    return Err(PyRuntimeError::new_err(format!(
-                        "Unexpected ASGI message '{other}' sent for an http request."
-                    )));
-                }
-            }
+            part(py, this.fd, server, &mut st, &mut fx)?
         };
         Self::send_done(slf, seq, wait, fx)
     }

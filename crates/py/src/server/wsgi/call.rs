@@ -5,6 +5,7 @@
 //! GIL); `Flow` is shared with the closures the loop thread runs; `cancelled` is set by the loop
 //! thread (`abort`). See the module `wsgi` for the invariants.
 
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
@@ -16,9 +17,11 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use pyo3::PyTraverseError;
 
 use super::environ;
+use super::WsgiFileWrapper;
 use super::{Filler, PoolShared, WsgiInput, WsgiPool, STOP_POLL};
 use crate::event_loop::LoopRemote;
 use crate::server::conn::{Conn, WRITE_HIGH};
+use crate::server::respond::Body;
 use crate::server::Ready;
 
 /// The response head as `start_response` left it.
@@ -46,6 +49,34 @@ struct FlowState {
 pub(crate) struct Flow {
     state: Mutex<FlowState>,
     cond: Condvar,
+}
+
+/// What the request's end hands to the loop thread, in order.
+pub(super) enum Part {
+    /// An ASGI message for `Conn::send`.
+    Message(Py<PyDict>),
+    /// The rest of a `wsgi.file_wrapper` file: our fd, its offset and the byte count, sent
+    /// with `sendfile` (the response's last part).
+    File(OwnedFd, u64, u64),
+}
+
+impl Part {
+    /// Loop thread: sends this part.
+    fn send(self, py: Python<'_>, conn: &Bound<'_, Conn>, seq: u64) -> PyResult<()> {
+        match self {
+            Self::Message(msg) => Conn::send(conn, seq, msg.bind(py)).map(drop),
+            Self::File(file, offset, count) => Conn::send_http(
+                conn,
+                seq,
+                "http.response.zerocopysend",
+                |py, fd, server, st, fx| {
+                    let body = Body::File(file, offset, count);
+                    Conn::send_body(py, fd, server, st, fx, body, false)
+                },
+            )
+            .map(drop),
+        }
+    }
 }
 
 /// What handing over a block found.
@@ -204,7 +235,7 @@ impl WsgiCall {
     /// table entry goes and `Conn::app_finished` answers 500 or closes as for an ASGI app.
     fn finish(
         slf: &Bound<'_, Self>,
-        pending: Vec<Py<PyDict>>,
+        pending: Vec<Part>,
         exc: Option<PyErr>,
         cancelled: bool,
     ) -> PyResult<()> {
@@ -216,8 +247,8 @@ impl WsgiCall {
             let conn = this.conn.bind(py);
             let mut exc = exc.map(|e| e.into_value(py).into_any());
             if exc.is_none() {
-                for msg in &pending {
-                    if let Err(e) = Conn::send(conn, this.seq, msg.bind(py)) {
+                for part in pending {
+                    if let Err(e) = part.send(py, conn, this.seq) {
                         exc = Some(e.into_value(py).into_any());
                         break;
                     }
@@ -539,7 +570,7 @@ fn drive(
     py: Python<'_>,
     pool: &WsgiPool,
     call: &Bound<'_, WsgiCall>,
-    pending: &mut Vec<Py<PyDict>>,
+    pending: &mut Vec<Part>,
 ) -> PyResult<()> {
     let this = call.get();
     let scope = this.scope.bind(py);
@@ -570,9 +601,19 @@ fn send_result(
     py: Python<'_>,
     call: &Bound<'_, WsgiCall>,
     result: &Bound<'_, PyAny>,
-    pending: &mut Vec<Py<PyDict>>,
+    pending: &mut Vec<Part>,
 ) -> PyResult<()> {
     let this = call.get();
+    if let Ok(wrapper) = result.cast_exact::<WsgiFileWrapper>() {
+        if let Some((file, offset, count)) = wrapper.get().file_body(py) {
+            let length = usize::try_from(count).ok();
+            if let Some(start) = this.take_start(py, length)? {
+                pending.push(Part::Message(start.unbind()));
+            }
+            pending.push(Part::File(file, offset, count));
+            return Ok(());
+        }
+    }
     let items: Option<Vec<Bound<'_, PyAny>>> = if let Ok(list) = result.cast_exact::<PyList>() {
         Some(list.iter().collect())
     } else if let Ok(tuple) = result.cast_exact::<PyTuple>() {
@@ -584,16 +625,17 @@ fn send_result(
         let blocks = items.iter().map(as_block).collect::<PyResult<Vec<_>>>()?;
         let total = blocks.iter().map(|b| b.as_bytes().len()).sum();
         if let Some(start) = this.take_start(py, Some(total))? {
-            pending.push(start.unbind());
+            pending.push(Part::Message(start.unbind()));
         }
         let last = blocks.len().saturating_sub(1);
         for (i, block) in blocks.iter().enumerate() {
             if i == last || !block.as_bytes().is_empty() {
-                pending.push(body_message(py, block, i != last)?.unbind());
+                pending.push(Part::Message(body_message(py, block, i != last)?.unbind()));
             }
         }
         if blocks.is_empty() {
-            pending.push(body_message(py, &PyBytes::new(py, b""), false)?.unbind());
+            let end = body_message(py, &PyBytes::new(py, b""), false)?;
+            pending.push(Part::Message(end.unbind()));
         }
         return Ok(());
     }
@@ -610,9 +652,10 @@ fn send_result(
         }
     }
     if let Some(start) = this.take_start(py, None)? {
-        pending.push(start.unbind());
+        pending.push(Part::Message(start.unbind()));
     }
-    pending.push(body_message(py, &PyBytes::new(py, b""), false)?.unbind());
+    let end = body_message(py, &PyBytes::new(py, b""), false)?;
+    pending.push(Part::Message(end.unbind()));
     Ok(())
 }
 

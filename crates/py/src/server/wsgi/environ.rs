@@ -14,7 +14,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use ferroloop_core::http::cgi_key;
 
-use super::WsgiInput;
+use super::{WsgiFileWrapper, WsgiInput};
 use crate::server::scope::percent_decode;
 
 /// `bytes` decoded as latin-1: one code point per byte.
@@ -164,5 +164,9 @@ pub(super) fn build<'py>(
     )?;
     env.set_item(intern!(py, "wsgi.run_once"), PyBool::new(py, false))?;
     env.set_item(intern!(py, "wsgi.input_terminated"), PyBool::new(py, true))?;
+    env.set_item(
+        intern!(py, "wsgi.file_wrapper"),
+        py.get_type::<WsgiFileWrapper>(),
+    )?;
     Ok(env)
 }

@@ -32,6 +32,7 @@
 
 mod call;
 mod environ;
+mod file;
 mod input;
 
 use std::collections::VecDeque;
@@ -46,6 +47,7 @@ use pyo3::types::PyDict;
 use pyo3::PyTraverseError;
 
 pub use call::WsgiCall;
+pub use file::WsgiFileWrapper;
 pub use input::WsgiInput;
 
 use super::conn::Conn;
