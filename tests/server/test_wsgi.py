@@ -672,6 +672,32 @@ def test_django_request_and_reverse_under_a_root_path(serve):
     }
 
 
+# --------------------------------------------------------------------------- declared length
+
+
+@pytest.mark.parametrize("parts", ["toolong", "0123,456789"], ids=["one-block", "second-block"])
+def test_body_longer_than_its_content_length_closes_the_connection(server, connect, parts):
+    connection = connect(server)
+    connection.send(
+        f"GET /declared?declare=4&parts={parts} HTTP/1.1\r\nHost: t\r\n\r\n"
+        "GET / HTTP/1.1\r\nHost: t\r\n\r\n".encode()
+    )
+    head_and_rest = connection.read_until_close()
+    # At most the declared 4 bytes, then the connection ends: no byte past the declared length
+    # can be taken for the answer to the pipelined request.
+    assert b"Hello, world!" not in head_and_rest
+    assert len(head_and_rest.partition(b"\r\n\r\n")[2]) <= 4, head_and_rest
+
+
+def test_body_shorter_than_its_content_length_closes_the_connection(server, connect):
+    connection = connect(server)
+    response = connection.request("GET", "/declared?declare=10&parts=short")
+    assert response.status == 200
+    assert not response.complete
+    assert response.body == b"short"
+    assert connection.eof
+
+
 # --------------------------------------------------------------------------- wsgi.file_wrapper
 
 APP_SOURCE = (APPS_DIR / "wsgi_app.py").read_bytes()

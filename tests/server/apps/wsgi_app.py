@@ -179,6 +179,14 @@ def _file_wrapper(environ: Environ, start_response: StartResponse) -> Iterable[b
     return wrapper(filelike, 4096)
 
 
+def _declared(environ: Environ, start_response: StartResponse) -> Iterator[bytes]:
+    """Declares ``Content-Length: declare`` and yields the comma-separated ``parts``."""
+    query = _query(environ)
+    start_response("200 OK", [("Content-Length", query["declare"])])
+    for part in query["parts"].split(","):
+        yield part.encode()
+
+
 def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
     path = environ["PATH_INFO"]
     stream = environ["wsgi.input"]
@@ -238,6 +246,8 @@ def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         return _slow(environ, start_response)
     if path == "/big":
         return _big(environ, start_response)
+    if path == "/declared":
+        return _declared(environ, start_response)
     if path == "/file-wrapper":
         return _file_wrapper(environ, start_response)
     if path == "/file-closes":

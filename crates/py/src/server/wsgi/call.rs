@@ -245,7 +245,17 @@ impl WsgiCall {
             let call = call.bind(py);
             let this = call.get();
             let conn = this.conn.bind(py);
-            let mut exc = exc.map(|e| e.into_value(py).into_any());
+            // A block the connection refused (one past the declared Content-Length, say) ends
+            // the request with that error, even if the app yielded nothing after it: the
+            // closures run in order, so every block's outcome is known here.
+            let refused = this
+                .flow
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .error
+                .take();
+            let mut exc = exc.or(refused).map(|e| e.into_value(py).into_any());
             if exc.is_none() {
                 for part in pending {
                     if let Err(e) = part.send(py, conn, this.seq) {
