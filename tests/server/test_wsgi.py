@@ -562,6 +562,15 @@ def test_framework_file_response(framework):
     assert response.headers["content-type"].startswith("text/x-python")
 
 
+def test_the_readme_wsgi_example_serves(serve, connect):
+    examples = APPS_DIR.parents[2] / "examples"
+    server = serve("wsgi_demo:app", "--interface", "wsgi", "--app-dir", str(examples))
+    connection = connect(server)
+    assert connection.request("GET", "/").body == b"Hello from a WSGI app on ferroloop\n"
+    echo = connection.request("POST", "/echo", headers=[("Content-Length", "5")], body=b"hello")
+    assert echo.body == b"hello"
+
+
 # --------------------------------------------------------------------------- flow and shutdown
 
 
