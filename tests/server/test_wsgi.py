@@ -202,6 +202,19 @@ def test_proxy_headers_of_a_trusted_peer_set_remote_addr_and_scheme(serve, conne
         assert environ["wsgi.url_scheme"] == "http"
 
 
+@ferroloop_only(
+    reason="uvicorn's WSGI middleware sets SERVER_PORT to None for a Unix socket; "
+    "PEP 3333 wants a str"
+)
+def test_environ_of_a_unix_socket_peer_has_no_remote_address(spawn_server, connect, tmp_path):
+    path = str(tmp_path / "server.sock")
+    environ = environ_of(connect(spawn_server(*WSGI, "--uds", path)))
+    assert "REMOTE_ADDR" not in environ
+    assert "REMOTE_PORT" not in environ
+    assert environ["SERVER_NAME"] == path
+    assert environ["SERVER_PORT"] == "0"
+
+
 # --------------------------------------------------------------------------- wsgi.input
 
 

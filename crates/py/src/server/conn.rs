@@ -410,6 +410,7 @@ impl Conn {
                 &st.rbuf[st.rpos..],
                 &st.head,
                 &this.client,
+                server.wsgi().is_some(),
             )
             .and_then(|(scope, facts)| {
                 if is_ws {

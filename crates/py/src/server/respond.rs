@@ -510,21 +510,33 @@ pub(super) fn start_message(
     st: &mut ConnState,
     message: &Bound<'_, PyDict>,
 ) -> PyResult<()> {
+    let status: u16 = message
+        .get_item(intern!(py, "status"))?
+        .ok_or_else(|| PyTypeError::new_err("http.response.start needs 'status'"))?
+        .extract()
+        .map_err(|_| PyTypeError::new_err("'status' must be an int in 100..=999"))?;
+    let headers = message.get_item(intern!(py, "headers"))?.map(Bound::unbind);
+    let trailers = flag(message, intern!(py, "trailers"))?;
+    start_head(st, status, headers, trailers)
+}
+
+/// The response head of the current request (`http.response.start`'s fields).
+pub(super) fn start_head(
+    st: &mut ConnState,
+    status: u16,
+    headers: Option<Py<PyAny>>,
+    trailers: bool,
+) -> PyResult<()> {
     let req = st.req.as_mut().expect("current");
     if req.resp.started {
         return Err(PyRuntimeError::new_err(
             "Unexpected ASGI message 'http.response.start' sent, after response already started.",
         ));
     }
-    let status: u16 = message
-        .get_item(intern!(py, "status"))?
-        .ok_or_else(|| PyTypeError::new_err("http.response.start needs 'status'"))?
-        .extract()
-        .map_err(|_| PyTypeError::new_err("'status' must be an int in 100..=999"))?;
     req.resp.status = status;
     req.resp.started = true;
-    req.resp.headers = message.get_item(intern!(py, "headers"))?.map(Bound::unbind);
-    req.resp.trailers = flag(message, intern!(py, "trailers"))?;
+    req.resp.headers = headers;
+    req.resp.trailers = trailers;
     Ok(())
 }
 

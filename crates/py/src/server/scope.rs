@@ -203,16 +203,21 @@ pub struct RequestFacts {
     pub forwarded: bool,
 }
 
-/// Builds the http scope of `head` (whose ranges index `buf`).
+/// Builds the http scope of `head` (whose ranges index `buf`). `for_wsgi`: the scope only
+/// feeds a WSGI environ (and the proxy headers, and the access log), so the parts only an ASGI
+/// app reads (`asgi`, `state`, `extensions`) stay `None`.
 pub fn build_scope<'py>(
     py: Python<'py>,
     base: &ScopeBase,
     buf: &[u8],
     head: &Head,
     client: &Py<PyAny>,
+    for_wsgi: bool,
 ) -> PyResult<(Bound<'py, PyDict>, RequestFacts)> {
     let scope = base.template.bind(py).copy()?;
-    scope.set_item(intern!(py, "asgi"), base.asgi.bind(py).copy()?)?;
+    if !for_wsgi {
+        scope.set_item(intern!(py, "asgi"), base.asgi.bind(py).copy()?)?;
+    }
     if head.version == Version::Http10 {
         scope.set_item(intern!(py, "http_version"), intern!(py, "1.0"))?;
     }
@@ -259,14 +264,16 @@ pub fn build_scope<'py>(
         headers.append(pair)?;
     }
     scope.set_item(intern!(py, "headers"), headers)?;
-    if let Some(state) = &base.state {
-        scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
+    if !for_wsgi {
+        if let Some(state) = &base.state {
+            scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
+        }
+        let extensions = base.extensions.bind(py).copy()?;
+        for name in extension_names(py) {
+            extensions.set_item(name, PyDict::new(py))?;
+        }
+        scope.set_item(intern!(py, "extensions"), extensions)?;
     }
-    let extensions = base.extensions.bind(py).copy()?;
-    for name in extension_names(py) {
-        extensions.set_item(name, PyDict::new(py))?;
-    }
-    scope.set_item(intern!(py, "extensions"), extensions)?;
     let facts = RequestFacts {
         method: method.unbind(),
         path: path.unbind(),

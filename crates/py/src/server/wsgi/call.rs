@@ -16,12 +16,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use pyo3::PyTraverseError;
 
-use super::environ;
 use super::WsgiFileWrapper;
 use super::{Filler, PoolShared, WsgiInput, WsgiPool, STOP_POLL};
 use crate::event_loop::LoopRemote;
 use crate::server::conn::{Conn, WRITE_HIGH};
-use crate::server::respond::Body;
+use crate::server::respond::{start_head, Body};
 use crate::server::Ready;
 
 /// The response head as `start_response` left it.
@@ -51,20 +50,34 @@ pub(crate) struct Flow {
     cond: Condvar,
 }
 
-/// What the request's end hands to the loop thread, in order.
+/// A piece of the response for the loop thread, sent through `Conn::send_http` (so with the
+/// checks and framing of an ASGI app's messages, without building message dicts).
 pub(super) enum Part {
-    /// An ASGI message for `Conn::send`.
-    Message(Py<PyDict>),
+    /// `http.response.start`: the status and the `[(bytes, bytes)]` headers.
+    Start(u16, Py<PyList>),
+    /// `http.response.body`: a block, and whether more follow.
+    Body(Py<PyBytes>, bool),
     /// The rest of a `wsgi.file_wrapper` file: our fd, its offset and the byte count, sent
     /// with `sendfile` (the response's last part).
     File(OwnedFd, u64, u64),
 }
 
 impl Part {
-    /// Loop thread: sends this part.
-    fn send(self, py: Python<'_>, conn: &Bound<'_, Conn>, seq: u64) -> PyResult<()> {
+    /// Loop thread: sends this part; returns what `send()` would (a ready awaitable, or a
+    /// Future done when the write queue has drained).
+    fn send(self, conn: &Bound<'_, Conn>, seq: u64) -> PyResult<Py<PyAny>> {
         match self {
-            Self::Message(msg) => Conn::send(conn, seq, msg.bind(py)).map(drop),
+            Self::Start(status, headers) => {
+                Conn::send_http(conn, seq, "http.response.start", |_, _, _, st, _| {
+                    start_head(st, status, Some(headers.into_any()), false).map(|()| false)
+                })
+            }
+            Self::Body(data, more) => {
+                Conn::send_http(conn, seq, "http.response.body", |py, fd, server, st, fx| {
+                    let body = Body::Bytes(data.as_bytes(py));
+                    Conn::send_body(py, fd, server, st, fx, body, more)
+                })
+            }
             Self::File(file, offset, count) => Conn::send_http(
                 conn,
                 seq,
@@ -73,8 +86,7 @@ impl Part {
                     let body = Body::File(file, offset, count);
                     Conn::send_body(py, fd, server, st, fx, body, false)
                 },
-            )
-            .map(drop),
+            ),
         }
     }
 }
@@ -166,13 +178,9 @@ impl WsgiCall {
         self.head.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// `http.response.start` for the head, if it has not been handed over yet; `length` is
-    /// the whole body's, when known, for a `Content-Length` the app did not set.
-    fn take_start<'py>(
-        &self,
-        py: Python<'py>,
-        length: Option<usize>,
-    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+    /// The head as a part, if it has not been handed over yet; `length` is the whole body's,
+    /// when known, for a `Content-Length` the app did not set.
+    fn take_start(&self, py: Python<'_>, length: Option<usize>) -> PyResult<Option<Part>> {
         let mut head = self.head();
         if head.sent {
             return Ok(None);
@@ -183,28 +191,26 @@ impl WsgiCall {
                  (or before returning)",
             ));
         };
-        let headers = headers.bind(py).clone();
+        let headers = headers.clone_ref(py);
         let bodiless = status < 200 || status == 204 || status == 304;
         if let (Some(n), false, false) = (length, head.framed, bodiless) {
             let value = PyBytes::new(py, n.to_string().as_bytes());
-            headers.append((PyBytes::new(py, b"content-length"), value))?;
+            headers
+                .bind(py)
+                .append((PyBytes::new(py, b"content-length"), value))?;
         }
         head.sent = true;
-        let msg = PyDict::new(py);
-        msg.set_item(intern!(py, "type"), intern!(py, "http.response.start"))?;
-        msg.set_item(intern!(py, "status"), status)?;
-        msg.set_item(intern!(py, "headers"), &headers)?;
-        Ok(Some(msg))
+        Ok(Some(Part::Start(status, headers)))
     }
 
     /// Hands `data` (non-empty, `more_body`) to the loop thread, after the head if it is not
     /// out yet; waits first while too many bytes are in flight.
     fn send_block(&self, py: Python<'_>, data: &Bound<'_, PyBytes>) -> PyResult<Sent> {
-        let mut msgs = Vec::with_capacity(2);
+        let mut parts = Vec::with_capacity(2);
         if let Some(start) = self.take_start(py, None)? {
-            msgs.push(start.unbind());
+            parts.push(start);
         }
-        msgs.push(body_message(py, data, true)?.unbind());
+        parts.push(Part::Body(data.clone().unbind(), true));
         let bytes = data.as_bytes().len();
         let flow = Arc::clone(&self.flow);
         let pool = Arc::clone(&self.pool);
@@ -215,7 +221,7 @@ impl WsgiCall {
         let conn = self.conn.clone_ref(py);
         let seq = self.seq;
         self.hand_over(move |py| {
-            deliver(py, conn.bind(py), seq, &msgs, bytes, &flow);
+            deliver(py, conn.bind(py), seq, parts, bytes, &flow);
             Ok(())
         })?;
         Ok(Sent::Queued)
@@ -258,7 +264,7 @@ impl WsgiCall {
             let mut exc = exc.or(refused).map(|e| e.into_value(py).into_any());
             if exc.is_none() {
                 for part in pending {
-                    if let Err(e) = part.send(py, conn, this.seq) {
+                    if let Err(e) = part.send(conn, this.seq) {
                         exc = Some(e.into_value(py).into_any());
                         break;
                     }
@@ -273,34 +279,19 @@ impl WsgiCall {
     }
 }
 
-/// `{"type": "http.response.body", "body": data, "more_body": more}`.
-fn body_message<'py>(
-    py: Python<'py>,
-    data: &Bound<'py, PyBytes>,
-    more: bool,
-) -> PyResult<Bound<'py, PyDict>> {
-    let msg = PyDict::new(py);
-    msg.set_item(intern!(py, "type"), intern!(py, "http.response.body"))?;
-    msg.set_item(intern!(py, "body"), data)?;
-    if more {
-        msg.set_item(intern!(py, "more_body"), true)?;
-    }
-    Ok(msg)
-}
-
-/// Loop thread: sends a pool thread's messages, then gives the credit back now, or when the
+/// Loop thread: sends a pool thread's parts, then gives the credit back now, or when the
 /// connection's write queue drains if `send()` asked to wait.
 fn deliver(
     py: Python<'_>,
     conn: &Bound<'_, Conn>,
     seq: u64,
-    msgs: &[Py<PyDict>],
+    parts: Vec<Part>,
     bytes: usize,
     flow: &Arc<Flow>,
 ) {
     let mut waiting = None;
-    for msg in msgs {
-        match Conn::send(conn, seq, msg.bind(py)) {
+    for part in parts {
+        match part.send(conn, seq) {
             Ok(aw) if aw.bind(py).is_instance_of::<Ready>() => {}
             Ok(fut) => waiting = Some(fut),
             Err(e) => {
@@ -589,7 +580,7 @@ fn drive(
             proxy.bind(py).call1((scope,))?;
         }
     }
-    let environ = environ::build(py, scope, this.input.bind(py), pool.multiprocess)?;
+    let environ = pool.environ.build(py, scope, this.input.bind(py))?;
     let result = pool.app.bind(py).call1((environ, call))?;
     let sent = send_result(py, call, &result, pending);
     // PEP 3333: `close()` is called however the iteration ended.
@@ -618,7 +609,7 @@ fn send_result(
         if let Some((file, offset, count)) = wrapper.get().file_body(py) {
             let length = usize::try_from(count).ok();
             if let Some(start) = this.take_start(py, length)? {
-                pending.push(Part::Message(start.unbind()));
+                pending.push(start);
             }
             pending.push(Part::File(file, offset, count));
             return Ok(());
@@ -635,17 +626,16 @@ fn send_result(
         let blocks = items.iter().map(as_block).collect::<PyResult<Vec<_>>>()?;
         let total = blocks.iter().map(|b| b.as_bytes().len()).sum();
         if let Some(start) = this.take_start(py, Some(total))? {
-            pending.push(Part::Message(start.unbind()));
+            pending.push(start);
         }
         let last = blocks.len().saturating_sub(1);
         for (i, block) in blocks.iter().enumerate() {
             if i == last || !block.as_bytes().is_empty() {
-                pending.push(Part::Message(body_message(py, block, i != last)?.unbind()));
+                pending.push(Part::Body(block.clone().unbind(), i != last));
             }
         }
         if blocks.is_empty() {
-            let end = body_message(py, &PyBytes::new(py, b""), false)?;
-            pending.push(Part::Message(end.unbind()));
+            pending.push(Part::Body(PyBytes::new(py, b"").unbind(), false));
         }
         return Ok(());
     }
@@ -662,10 +652,9 @@ fn send_result(
         }
     }
     if let Some(start) = this.take_start(py, None)? {
-        pending.push(Part::Message(start.unbind()));
+        pending.push(start);
     }
-    let end = body_message(py, &PyBytes::new(py, b""), false)?;
-    pending.push(Part::Message(end.unbind()));
+    pending.push(Part::Body(PyBytes::new(py, b"").unbind(), false));
     Ok(())
 }
 

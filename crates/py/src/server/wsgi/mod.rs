@@ -47,6 +47,7 @@ use pyo3::types::PyDict;
 use pyo3::PyTraverseError;
 
 pub use call::WsgiCall;
+use environ::EnvironBase;
 pub use file::WsgiFileWrapper;
 pub use input::WsgiInput;
 
@@ -95,7 +96,7 @@ pub struct WsgiPool {
     /// Rewrites a scope from its proxy headers (`ProxyHeadersMiddleware.apply`), if the
     /// server trusts them: called before the environ is built.
     proxy: Option<Py<PyAny>>,
-    multiprocess: bool,
+    environ: EnvironBase,
     shared: Arc<PoolShared>,
 }
 
@@ -111,9 +112,9 @@ impl WsgiPool {
             )));
         }
         Ok(Self {
+            environ: EnvironBase::new(app.py(), multiprocess)?,
             app: app.unbind(),
             proxy,
-            multiprocess,
             shared: Arc::default(),
         })
     }
@@ -168,7 +169,7 @@ impl WsgiPool {
         if let Some(p) = &self.proxy {
             visit.call(p)?;
         }
-        Ok(())
+        self.environ.visit(&visit)
     }
 }
 
