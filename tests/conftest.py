@@ -30,6 +30,13 @@ import pytest
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
+# A process started in the background by a non-interactive shell (`make test &`) inherits SIGINT
+# ignored, Python leaves it ignored, and so do the servers and workers the tests spawn (an
+# ignored signal stays ignored across exec): Ctrl-C and SIGINT-shutdown tests would then hang.
+# The tests assume Python's usual KeyboardInterrupt handler; a handled signal is reset to the
+# default in children, so they get theirs too.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # Upper bound for one test's coroutine under ``run``; far above what any test needs on loopback.
 RUN_TIMEOUT = 10.0
 

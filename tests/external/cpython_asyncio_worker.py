@@ -30,6 +30,7 @@ import asyncio
 import faulthandler
 import importlib
 import json
+import signal
 import sys
 import time
 import traceback
@@ -556,6 +557,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-timeout", type=float, required=True)
     args = parser.parse_args(argv)
     faulthandler.enable()  # a crash in native code still shows the Python stacks
+    # A process started in the background by a non-interactive shell (`cmd &`, as a CI script
+    # may do) inherits SIGINT ignored, and Python then leaves it ignored: asyncio.Runner
+    # installs no SIGINT handler and test_runners' interrupt tests wait for ever (on asyncio's
+    # own loop too). The tests assume Python's usual KeyboardInterrupt handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     with open(args.results, "a", encoding="utf-8") as out:
         try:

@@ -34,11 +34,18 @@ import asyncio
 import functools
 import inspect
 import json
+import signal
 from collections.abc import Callable, Coroutine, Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# A run started in the background by a non-interactive shell inherits SIGINT ignored, and Python
+# leaves it ignored (in this process and in the servers uvicorn's tests spawn): its SIGINT tests
+# would then hang, on both loops. They assume Python's usual KeyboardInterrupt handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 PROPERTY = "loop_under_test"
 ANYIO_FIXTURE = "anyio_backend"
