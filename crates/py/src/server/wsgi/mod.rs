@@ -10,10 +10,11 @@
 //! 2. A pool thread (`WsgiPool.work`, the body of each `threading.Thread` the Python side
 //!    starts): builds the environ from the scope (`environ.rs`), calls the app in a fresh copy
 //!    of the server's context, iterates its result and calls its `close()`.
-//! 3. Response parts go back to the loop thread as ASGI messages through the loop's
-//!    cross-thread queue (`LoopRemote`, coalesced wake-ups), where `Conn::send` frames and
-//!    writes them exactly as for an ASGI app. An exact `list`/`tuple` result (the common case)
-//!    is one hand-over with the request's end; an iterator is one per non-empty block.
+//! 3. Response parts (`call::Part`: the head, a block, a file) go back to the loop thread
+//!    through the loop's cross-thread queue (`LoopRemote`, coalesced wake-ups), where
+//!    `Conn::send_http` checks, frames and writes them as it does an ASGI app's messages. An
+//!    exact `list`/`tuple` result (the common case) is one hand-over with the request's end;
+//!    an iterator is one per non-empty block.
 //! 4. `wsgi.input` reads that find no buffered bytes ask the loop thread for the next body
 //!    part (`Conn::receive`) and wait for it with the GIL released (`call.rs`).
 //!
