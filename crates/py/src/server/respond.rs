@@ -564,20 +564,7 @@ fn zerocopy_body(message: &Bound<'_, PyDict>) -> PyResult<Body<'static>> {
         .get_item(intern!(py, "file"))?
         .ok_or_else(|| PyTypeError::new_err("http.response.zerocopysend needs 'file'"))?;
     let raw: RawFd = file.call_method0(intern!(py, "fileno"))?.extract()?;
-    let os_err = || PyOSError::new_err(std::io::Error::last_os_error().to_string());
-    // SAFETY: `raw` is an fd the app's file object owns; F_DUPFD_CLOEXEC gives us our own.
-    let dup = unsafe { libc::fcntl(raw, libc::F_DUPFD_CLOEXEC, 0) };
-    if dup < 0 {
-        return Err(os_err());
-    }
-    // SAFETY: `dup` is a fresh fd that nothing else owns.
-    let owned = unsafe { OwnedFd::from_raw_fd(dup) };
-    // SAFETY: an all-zero stat is a valid out-buffer.
-    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat on an fd we own into a stat buffer that outlives the call.
-    if unsafe { libc::fstat(dup, &raw mut stat) } < 0 {
-        return Err(os_err());
-    }
+    let (owned, stat) = own_copy(raw).map_err(|e| PyOSError::new_err(e.to_string()))?;
     let size = stat.st_size as u64;
     let offset: u64 = match message.get_item(intern!(py, "offset"))? {
         Some(o) if !o.is_none() => o.extract()?,
@@ -589,6 +576,25 @@ fn zerocopy_body(message: &Bound<'_, PyDict>) -> PyResult<Body<'static>> {
         _ => size.saturating_sub(offset),
     };
     Ok(Body::File(owned, offset, count))
+}
+
+/// Our own descriptor for the app's open file `raw` (so the app may close its file before
+/// the loop sends ours), and its `fstat`.
+pub(super) fn own_copy(raw: RawFd) -> std::io::Result<(OwnedFd, libc::stat)> {
+    // SAFETY: fcntl with F_DUPFD_CLOEXEC only reads `raw`; a bad fd is an error, not UB.
+    let dup = unsafe { libc::fcntl(raw, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `dup` is a fresh fd that nothing else owns.
+    let owned = unsafe { OwnedFd::from_raw_fd(dup) };
+    // SAFETY: an all-zero stat is a valid out-buffer.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on an fd we own into a stat buffer that outlives the call.
+    if unsafe { libc::fstat(dup, &raw mut stat) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((owned, stat))
 }
 
 pub(super) enum Body<'a> {

@@ -17,7 +17,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use pyo3::PyTraverseError;
 
 use super::WsgiFileWrapper;
-use super::{Filler, PoolShared, WsgiInput, WsgiPool, STOP_POLL};
+use super::{PoolShared, WsgiInput, WsgiPool};
 use crate::event_loop::LoopRemote;
 use crate::server::conn::{Conn, WRITE_HIGH};
 use crate::server::respond::{start_head, Body};
@@ -101,34 +101,29 @@ enum Sent {
 }
 
 impl Flow {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FlowState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn update(&self, f: impl FnOnce(&mut FlowState)) {
-        f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner));
+        f(&mut self.lock());
         self.cond.notify_all();
     }
 
-    /// Pool thread, GIL released: waits for credit; then books `bytes` against it.
-    fn acquire(&self, bytes: usize, pool: &PoolShared) -> PyResult<Sent> {
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            if let Some(e) = st.error.take() {
-                return Err(e);
-            }
-            if st.gone {
-                return Ok(Sent::Gone);
-            }
-            if st.queued <= WRITE_HIGH {
-                st.queued += bytes;
-                return Ok(Sent::Queued);
-            }
-            if pool.closed() {
-                return Ok(Sent::Gone);
-            }
-            st = self
-                .cond
-                .wait_timeout(st, STOP_POLL)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+    /// Books `bytes` against the credit if there is room; the connection's error or its end
+    /// are answers too. `None`: wait for credit.
+    fn try_acquire(st: &mut FlowState, bytes: usize) -> Option<PyResult<Sent>> {
+        if let Some(e) = st.error.take() {
+            return Some(Err(e));
         }
+        if st.gone {
+            return Some(Ok(Sent::Gone));
+        }
+        if st.queued > WRITE_HIGH {
+            return None;
+        }
+        st.queued += bytes;
+        Some(Ok(Sent::Queued))
     }
 
     fn release(&self, bytes: usize) {
@@ -212,9 +207,17 @@ impl WsgiCall {
         }
         parts.push(Part::Body(data.clone().unbind(), true));
         let bytes = data.as_bytes().len();
-        let flow = Arc::clone(&self.flow);
-        let pool = Arc::clone(&self.pool);
-        if py.detach(move || flow.acquire(bytes, &pool))? == Sent::Gone {
+        // The GIL is let go only when there is no credit to take at once.
+        let ready = Flow::try_acquire(&mut self.flow.lock(), bytes);
+        let sent = ready.unwrap_or_else(|| {
+            let (flow, pool) = (Arc::clone(&self.flow), Arc::clone(&self.pool));
+            py.detach(move || {
+                pool.wait_for(&flow.state, &flow.cond, |st| Flow::try_acquire(st, bytes))
+                    // A closed pool: the server is gone, and so is the client.
+                    .unwrap_or(Ok(Sent::Gone))
+            })
+        });
+        if sent? == Sent::Gone {
             return Ok(Sent::Gone);
         }
         let flow = Arc::clone(&self.flow);
@@ -245,7 +248,6 @@ impl WsgiCall {
         exc: Option<PyErr>,
         cancelled: bool,
     ) -> PyResult<()> {
-        let py = slf.py();
         let call = slf.clone().unbind();
         slf.get().hand_over(move |py| {
             let call = call.bind(py);
@@ -254,13 +256,7 @@ impl WsgiCall {
             // A block the connection refused (one past the declared Content-Length, say) ends
             // the request with that error, even if the app yielded nothing after it: the
             // closures run in order, so every block's outcome is known here.
-            let refused = this
-                .flow
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .error
-                .take();
+            let refused = this.flow.lock().error.take();
             let mut exc = exc.or(refused).map(|e| e.into_value(py).into_any());
             if exc.is_none() {
                 for part in pending {
@@ -273,9 +269,7 @@ impl WsgiCall {
             let server = conn.get().server().bind(py).get();
             drop(server.task_done(py, call.as_any()));
             Conn::app_finished(conn, this.seq, exc.as_ref().map(|e| e.bind(py)), cancelled)
-        })?;
-        let _ = py;
-        Ok(())
+        })
     }
 }
 
@@ -289,11 +283,11 @@ fn deliver(
     bytes: usize,
     flow: &Arc<Flow>,
 ) {
-    let mut waiting = None;
+    // The last part's awaitable tells whether the queue is over its high-water mark.
+    let mut last = None;
     for part in parts {
         match part.send(conn, seq) {
-            Ok(aw) if aw.bind(py).is_instance_of::<Ready>() => {}
-            Ok(fut) => waiting = Some(fut),
+            Ok(aw) => last = Some(aw),
             Err(e) => {
                 flow.update(|st| st.error = Some(e));
                 return;
@@ -303,92 +297,68 @@ fn deliver(
     if Conn::is_closed(conn) {
         flow.update(|st| st.gone = true);
     }
-    let Some(fut) = waiting else {
-        flow.release(bytes);
-        return;
-    };
-    let callback = FlowCallback {
-        flow: Arc::clone(flow),
-        bytes,
-        released: AtomicBool::new(false),
-    };
-    let attached = Bound::new(py, callback).and_then(|cb| {
-        fut.bind(py)
-            .call_method1(intern!(py, "add_done_callback"), (cb,))
-            .map(drop)
-    });
-    if attached.is_err() {
-        flow.release(bytes);
+    let flow = Arc::clone(flow);
+    match last {
+        Some(aw) => when_done(py, Ok(aw), move |_| flow.release(bytes)),
+        None => flow.release(bytes),
     }
 }
 
-/// The done callback of a `send()` that waits for the write queue to drain: gives the credit
-/// back (also when dropped unused, so a pool thread never waits for a Future that is gone).
-#[pyclass(module = "ferroloop._native", name = "WsgiFlowCallback", frozen)]
-struct FlowCallback {
-    flow: Arc<Flow>,
-    bytes: usize,
-    released: AtomicBool,
+type DoneFn = Box<dyn FnOnce(PyResult<Py<PyAny>>) + Send>;
+
+/// A Future's done callback that runs its function once with the Future's result, or with an
+/// error when it is dropped uncalled (the Future was collected unresolved), so what a pool
+/// thread waits for (an answer, write credit) always comes.
+#[pyclass(module = "ferroloop._native", name = "WsgiDoneCallback", frozen)]
+struct OnDone {
+    f: Mutex<Option<DoneFn>>,
 }
 
-impl FlowCallback {
-    fn release(&self) {
-        if !self.released.swap(true, Ordering::SeqCst) {
-            self.flow.release(self.bytes);
+impl OnDone {
+    fn run(&self, result: PyResult<Py<PyAny>>) {
+        let f = self.f.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(f) = f {
+            f(result);
         }
     }
 }
 
-impl Drop for FlowCallback {
+impl Drop for OnDone {
     fn drop(&mut self) {
-        self.release();
+        self.run(Err(PyRuntimeError::new_err(
+            "the server dropped a pending receive() or send() of a WSGI request",
+        )));
     }
 }
 
 #[pymethods]
-impl FlowCallback {
-    fn __call__(&self, _fut: &Bound<'_, PyAny>) {
-        self.release();
-    }
-}
-
-/// A Future's done callback that hands its result to a waiting pool thread.
-#[pyclass(module = "ferroloop._native", name = "WsgiSlotCallback", frozen)]
-pub struct SlotCallback {
-    filler: Mutex<Option<Filler>>,
-}
-
-#[pymethods]
-impl SlotCallback {
+impl OnDone {
     fn __call__(&self, fut: &Bound<'_, PyAny>) {
-        let filler = self
-            .filler
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(f) = filler {
-            f.fill(
-                fut.call_method0(intern!(fut.py(), "result"))
-                    .map(Bound::unbind),
-            );
-        }
+        self.run(
+            fut.call_method0(intern!(fut.py(), "result"))
+                .map(Bound::unbind),
+        );
     }
 }
 
-/// Loop thread: passes what `receive()`/`send()` returned to `filler`: the value of a ready
-/// awaitable now, a Future's result when it is done.
-pub(crate) fn resolve(py: Python<'_>, awaited: PyResult<Py<PyAny>>, filler: Filler) {
+/// Loop thread: `f` with what `Conn::receive`/`Conn::send` gave: the value of a ready
+/// awaitable at once, a Future's result when it is done.
+pub(crate) fn when_done(
+    py: Python<'_>,
+    awaited: PyResult<Py<PyAny>>,
+    f: impl FnOnce(PyResult<Py<PyAny>>) + Send + 'static,
+) {
     let aw = match awaited {
         Ok(aw) => aw,
-        Err(e) => return filler.fill(Err(e)),
+        Err(e) => return f(Err(e)),
     };
     if let Ok(ready) = aw.bind(py).cast::<Ready>() {
-        return filler.fill(Ok(ready.get().value(py)));
+        return f(Ok(ready.get().value(py)));
     }
-    let callback = SlotCallback {
-        filler: Mutex::new(Some(filler)),
+    let callback = OnDone {
+        f: Mutex::new(Some(Box::new(f))),
     };
-    // On failure the callback is dropped, and its filler answers with an error.
+    // On failure the callback is dropped, which runs `f` with an error.
     if let Ok(cb) = Bound::new(py, callback) {
         let _ = aw
             .bind(py)

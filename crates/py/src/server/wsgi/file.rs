@@ -3,12 +3,14 @@
 //! our own `dup` of its fd, from the file's current position to its end; anything else (a
 //! `BytesIO`, a socket, a pipe) is iterated in `blksize` blocks like any response.
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::PyTraverseError;
+
+use crate::server::respond::own_copy;
 
 #[pyclass(module = "ferroloop._native", name = "WsgiFileWrapper", frozen)]
 pub struct WsgiFileWrapper {
@@ -62,20 +64,8 @@ impl WsgiFileWrapper {
             .call_method0(intern!(py, "fileno"))
             .and_then(|n| n.extract())
             .ok()?;
-        // SAFETY: `raw` is an fd the app's file object owns; F_DUPFD_CLOEXEC gives us our own,
-        // so the app may close its file before the loop thread sends ours.
-        let dup = unsafe { libc::fcntl(raw, libc::F_DUPFD_CLOEXEC, 0) };
-        if dup < 0 {
-            return None;
-        }
-        // SAFETY: `dup` is a fresh fd that nothing else owns.
-        let owned = unsafe { OwnedFd::from_raw_fd(dup) };
-        // SAFETY: an all-zero stat is a valid out-buffer.
-        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat on an fd we own into a stat buffer that outlives the call.
-        if unsafe { libc::fstat(dup, &raw mut stat) } < 0
-            || stat.st_mode & libc::S_IFMT != libc::S_IFREG
-        {
+        let (owned, stat) = own_copy(raw).ok()?;
+        if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
             return None;
         }
         // The position the app's file object reports (a buffered reader's OS position may be

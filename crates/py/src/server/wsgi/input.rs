@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use pyo3::PyTraverseError;
 
-use super::call::resolve;
+use super::call::when_done;
 use super::{Filler, PoolShared, Slot};
 use crate::event_loop::LoopRemote;
 use crate::server::conn::Conn;
@@ -53,11 +53,10 @@ impl WsgiInput {
     /// not, the `receive()` stays pending and `fetch` waits for its answer.
     pub(super) fn preread(&mut self, py: Python<'_>) {
         let slot = Slot::new();
-        resolve(
-            py,
-            Conn::receive(self.conn.bind(py), self.seq),
-            Filler::new(&slot),
-        );
+        let filler = Filler::new(&slot);
+        when_done(py, Conn::receive(self.conn.bind(py), self.seq), move |r| {
+            filler.fill(r);
+        });
         let error = match slot.try_take() {
             Some(Ok(msg)) => match self.absorb(msg.bind(py)) {
                 Ok(()) => return,
@@ -88,7 +87,9 @@ impl WsgiInput {
             let seq = self.seq;
             self.remote
                 .spawn(move |py| {
-                    resolve(py, Conn::receive(conn.bind(py), seq), filler);
+                    when_done(py, Conn::receive(conn.bind(py), seq), move |r| {
+                        filler.fill(r);
+                    });
                     Ok(())
                 })
                 .map(drop)

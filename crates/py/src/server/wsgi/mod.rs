@@ -70,6 +70,30 @@ impl PoolShared {
         self.closed.load(Ordering::SeqCst)
     }
 
+    /// Pool thread, GIL released: waits on `cond` (notified under `lock`) until `ready` gives
+    /// an answer; `None` once the pool is closed, which is checked every `STOP_POLL` (`close`
+    /// does not know every waiter).
+    fn wait_for<T, R>(
+        &self,
+        lock: &Mutex<T>,
+        cond: &Condvar,
+        mut ready: impl FnMut(&mut T) -> Option<R>,
+    ) -> Option<R> {
+        let mut guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(answer) = ready(&mut guard) {
+                return Some(answer);
+            }
+            if self.closed() {
+                return None;
+            }
+            guard = cond
+                .wait_timeout(guard, STOP_POLL)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
     /// Blocks (the caller has released the GIL) until a call is queued or the pool closes.
     fn next_call(&self) -> Option<Py<WsgiCall>> {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
@@ -136,7 +160,7 @@ impl WsgiPool {
     /// No more calls run: idle threads return from `work`, a thread waiting on the loop gives
     /// up (its app sees an error), and calls still queued are dropped (the server has been
     /// aborted by then, so their connections are closed).
-    fn close(&self, py: Python<'_>) {
+    fn close(&self) {
         self.shared.closed.store(true, Ordering::SeqCst);
         let dropped = std::mem::take(
             &mut *self
@@ -147,7 +171,6 @@ impl WsgiPool {
         );
         self.shared.cond.notify_all();
         drop(dropped);
-        let _ = py;
     }
 
     /// Calls queued and not yet taken by a thread.
@@ -278,22 +301,12 @@ impl Slot {
 
     /// Pool thread, GIL released: the answer, or an error once the pool is closed.
     pub(crate) fn wait(&self, pool: &PoolShared) -> PyResult<Py<PyAny>> {
-        let mut v = self.value.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            if let Some(value) = v.take() {
-                return value;
-            }
-            if pool.closed() {
-                return Err(PyRuntimeError::new_err(
+        pool.wait_for(&self.value, &self.cond, Option::take)
+            .unwrap_or_else(|| {
+                Err(PyRuntimeError::new_err(
                     "the server stopped while the WSGI app waited for the connection",
-                ));
-            }
-            v = self
-                .cond
-                .wait_timeout(v, STOP_POLL)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+                ))
+            })
     }
 }
 
