@@ -39,6 +39,22 @@ def test_requests_sent_before_a_half_close_are_all_answered(server, connect, req
     assert connection.closed_by_peer()
 
 
+@pytest.mark.ferroloop_only(reason="uvicorn closes at the EOF, dropping the response not yet sent")
+def test_response_sent_in_the_iteration_that_reads_the_eof_is_not_lost(
+    server, connect, request_bytes
+):
+    # The app blocks the loop while the client half-closes, so the server reads the EOF in the
+    # same ready batch as the one in which the response is sent, right after it: the response,
+    # held back until that batch ends, must still be written before the connection closes.
+    connection = connect(server)
+    connection.send(request_bytes("GET", "/block-then-respond?ms=400"))
+    time.sleep(0.15)
+    connection.sock.shutdown(socket.SHUT_WR)
+    response = connection.read_response()
+    assert (response.status, response.body) == (200, b"answered after blocking")
+    assert connection.closed_by_peer()
+
+
 @pytest.mark.ferroloop_only(reason="uvicorn closes at the EOF without answering")
 def test_body_cut_short_by_a_half_close_is_answered_400(server, connect, request_bytes):
     connection = connect(server)

@@ -181,6 +181,15 @@ async def respond_without_reading(scope: Any, receive: Any, send: Any) -> None:
     await _respond(send, b"did not read the body")
 
 
+async def block_then_respond(scope: Any, receive: Any, send: Any) -> None:
+    """Blocks the loop for ``?ms=`` milliseconds (``time.sleep``), yields once, then answers: what
+    the client did meanwhile (say a half-close) reaches the server in the same loop iteration
+    as this response, right behind it."""
+    time.sleep(int(_query(scope).get("ms", "300")) / 1000)
+    await asyncio.sleep(0)
+    await _respond(send, b"answered after blocking")
+
+
 async def raise_before_start(scope: Any, receive: Any, send: Any) -> None:
     key = _query(scope).get("key", "")
     raise RuntimeError(f"deliberate failure before the response started {key}")
@@ -529,6 +538,7 @@ ROUTES = {
     "/chunked-response": chunked_response,
     "/no-length": single_body_no_length,
     "/respond-without-reading": respond_without_reading,
+    "/block-then-respond": block_then_respond,
     "/raise-before-start": raise_before_start,
     "/raise-after-start": raise_after_start,
     "/raise-after-start-chunked": raise_after_start_chunked,

@@ -4,10 +4,13 @@
 //! 2. wait for I/O (GIL released only when the timeout is not zero);
 //! 3. queue the reader/writer handles of ready fds, then everything injected from other threads;
 //! 4. move due timers (deadline < now + clock resolution) to the ready queue;
-//! 5. run exactly the handles that were ready when step 5 began; later ones wait a turn.
+//! 5. run exactly the handles that were ready when step 5 began; later ones wait a turn;
+//! 6. write what the batch held back (`defer_flush`: responses and transport writes leave
+//!    together at the end of the batch, as uvloop writes streams in its check phase).
 //!
-//! Invariant: no borrow of the loop state is held across the poll (GIL released) or across a
-//! call into Python (a callback, a Rust task).
+//! Invariants: no borrow of the loop state is held across the poll (GIL released) or across a
+//! call into Python (a callback, a Rust task); nothing is held back (`deferred`) once
+//! `run_ready` returns, so no write waits across a poll.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -127,19 +130,52 @@ impl LoopCore {
     fn run_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let mut batch = this.state.borrow(py)?.ready.take_batch();
+        let mut batch = {
+            let mut st = this.state.borrow(py)?;
+            st.in_batch = true;
+            st.ready.take_batch()
+        };
         let debug = this.flags.debug();
         while let Some(entry) = batch.pop_front() {
             let result = Self::run_entry(slf, entry, debug);
             if let Err(e) = result {
-                // KeyboardInterrupt/SystemExit: the rest stays queued, in order, for the next run.
+                // KeyboardInterrupt/SystemExit: the rest stays queued, in order, for the next run;
+                // what the batch held back is written all the same.
                 this.state.borrow(py)?.ready.restore_unrun(batch);
+                Self::end_batch(slf)?;
                 return Err(e);
             }
         }
         // Keep the larger allocation for the next iteration.
         this.state.borrow(py)?.ready.recycle(batch);
-        Ok(())
+        Self::end_batch(slf)
+    }
+
+    /// Ends the batch: writes held back during it go out (`defer_flush`), in the order they
+    /// were deferred. A failing flush is reported as a failing callback is.
+    fn end_batch(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let deferred = {
+            let mut st = slf.get().state.borrow(py)?;
+            st.in_batch = false;
+            if st.deferred.is_empty() {
+                return Ok(());
+            }
+            std::mem::take(&mut st.deferred)
+        };
+        // Every target is flushed even if one raises KeyboardInterrupt: the first such error
+        // is returned after the rest.
+        let mut fatal = None;
+        for (target, flush) in deferred {
+            let target = target.into_bound(py);
+            if let Err(e) = flush(&target) {
+                let loop_ = slf.clone().into_any().unbind();
+                if let Err(e) = crate::handle::report_failure(&target, &loop_, e) {
+                    fatal.get_or_insert(e);
+                }
+            }
+        }
+        fatal.map_or(Ok(()), Err)
     }
 
     /// Runs one ready-queue entry (a cancelled handle is skipped). `Err` only for

@@ -109,7 +109,14 @@ struct State {
     /// instructions per lookup; fd numbers come from the kernel, not from peers).
     fds: IntMap<RawFd, FdEntry>,
     thread_id: Option<u64>,
+    /// A ready batch is running (`run_ready`): writes may be held back until it ends.
+    in_batch: bool,
+    /// Writes held back (`defer_flush`), flushed in order when the batch ends.
+    deferred: Vec<(Py<PyAny>, DeferredFlush)>,
 }
+
+/// Writes a target's held-back output (see `LoopCore::defer_flush`).
+pub(crate) type DeferredFlush = fn(&Bound<'_, PyAny>) -> PyResult<()>;
 
 /// Flags read on every call: atomics, so the hot path takes the state lock once.
 #[derive(Default)]
@@ -545,6 +552,33 @@ impl LoopCore {
             task: task.clone().unbind(),
             throw,
         })
+    }
+
+    /// Whether a ready batch is running, so that a write made now may be held back with
+    /// `defer_flush` (outside a batch, say before the loop runs, it must go out at once).
+    pub(crate) fn batch_running(&self, py: Python<'_>) -> bool {
+        self.state.borrow(py).is_ok_and(|st| st.in_batch)
+    }
+
+    /// Holds `target`'s output back until the ready batch now running ends, when `flush(target)`
+    /// writes it (targets in the order they were deferred). Write coalescing, as uvloop queues
+    /// stream writes for its check phase: the responses of a batch leave together, so a peer
+    /// process blocked in `epoll_wait` is woken once per batch instead of once per response,
+    /// and several writes of one batch to one socket leave in one `send`. The caller defers
+    /// each target once (until its flush runs) and only while `batch_running`; `Ok(false)`
+    /// when no batch runs, and the caller writes now.
+    pub(crate) fn defer_flush(
+        &self,
+        py: Python<'_>,
+        target: &Bound<'_, PyAny>,
+        flush: DeferredFlush,
+    ) -> PyResult<bool> {
+        let mut st = self.state.borrow(py)?;
+        if !st.in_batch {
+            return Ok(false);
+        }
+        st.deferred.push((target.clone().unbind(), flush));
+        Ok(true)
     }
 
     /// Queues native work (`Ready::Call`). `Ok(false)` in debug mode, where the caller runs it
@@ -1117,6 +1151,9 @@ impl LoopCore {
                 visit.call(&e.reader)?;
                 visit.call(&e.writer)?;
             }
+            for (target, _) in &st.deferred {
+                visit.call(target)?;
+            }
         }
         if let Some(kw) = self.future_kwargs.try_borrow_for_gc() {
             visit.call(&*kw)?;
@@ -1151,9 +1188,10 @@ impl LoopCore {
             for (fd, _) in &fds {
                 let _ = self.shared.poller.delete(*fd);
             }
-            (st.ready.drain(), st.timers.drain(), fds)
+            let deferred = std::mem::take(&mut st.deferred);
+            (st.ready.drain(), st.timers.drain(), fds, deferred)
         });
-        if let Some((_, timers, _)) = &taken {
+        if let Some((_, timers, _, _)) = &taken {
             for t in timers {
                 crate::handle::unscheduled(t);
             }

@@ -58,6 +58,10 @@ pub(super) const COPY_MAX: usize = 16 * 1024;
 /// so head and body leave in one `send` instead of a two-buffer `sendmsg` (about 300 ns less
 /// kernel time per response on loopback; copying 2 KiB costs well under that).
 pub(super) const SMALL_BODY_COPY: usize = 2 * 1024;
+/// A body part sent inside a ready batch is held back until the batch ends while the queue,
+/// with it, stays within this many bytes (`LoopCore::defer_flush`); a larger one goes out at
+/// once, behind what was held back.
+pub(super) const CORK_MAX: usize = 16 * 1024;
 /// How long a lingering close waits for the peer.
 pub(super) const LINGER: f64 = 2.0;
 
@@ -117,6 +121,9 @@ pub(super) struct ConnState {
     /// The reader / writer is registered in the loop's fd table.
     pub(super) reading: bool,
     pub(super) writing: bool,
+    /// Output is held back in `out` until the ready batch ends: the loop holds this
+    /// connection in its deferred list and calls `flush_deferred` then.
+    pub(super) corked: bool,
     pub(super) eof: bool,
     pub(super) seq: u64,
     pub(super) req: Option<Request>,
@@ -175,6 +182,8 @@ pub(super) struct Effects {
     pub(super) close: bool,
     /// Run the state machine again (a pipelined request may be waiting).
     pub(super) advance: bool,
+    /// Output was held back (`corked` just set): ask the loop to flush it when the batch ends.
+    pub(super) cork: bool,
     /// Raised by `send()` once the other effects ran (the bytes before the error still go out).
     pub(super) error: Option<PyErr>,
 }
@@ -215,6 +224,7 @@ impl Conn {
                     head: Head::default(),
                     reading: true,
                     writing: false,
+                    corked: false,
                     eof: false,
                     seq: 0,
                     req: None,
@@ -269,6 +279,12 @@ impl Conn {
             if let Some(on) = fx.writing {
                 Self::register(slf, true, on)?;
             }
+            if fx.cork {
+                let core = server.loop_core().get();
+                if !core.defer_flush(py, slf.as_any(), Self::flush_deferred)? {
+                    Self::flush_deferred(slf.as_any())?;
+                }
+            }
         }
         for (fut, value) in fx.resolve {
             let fut = fut.bind(py);
@@ -280,6 +296,24 @@ impl Conn {
             Self::advance(slf)?;
         }
         Ok(())
+    }
+
+    /// The end of the ready batch in which output was held back (`CORK_MAX`): writes it.
+    fn flush_deferred(target: &Bound<'_, PyAny>) -> PyResult<()> {
+        let slf = target.cast::<Conn>()?;
+        let py = target.py();
+        let mut fx = Effects::default();
+        {
+            let mut st = slf.get().state.borrow(py)?;
+            st.corked = false;
+            let fd = st.fd;
+            match st.phase {
+                Phase::Closed | Phase::Lingering => return Ok(()),
+                Phase::Closing => start_closing(&mut st, &mut fx, fd),
+                Phase::Idle | Phase::Busy => flush_now(&mut st, &mut fx, fd),
+            }
+        }
+        Self::apply(slf, fx)
     }
 
     /// Readiness callback from the loop's fd table (`writable` says which direction).
@@ -450,7 +484,7 @@ impl Conn {
     ) -> bool {
         if st.rpos == st.rbuf.len() {
             if st.eof {
-                fx.close = true;
+                close_when_written(st, fx);
             }
             return false;
         }
@@ -461,7 +495,7 @@ impl Conn {
         match parsed {
             Ok(false) => {
                 if st.eof {
-                    fx.close = true;
+                    close_when_written(st, fx);
                 } else if !st.header_clock {
                     st.header_clock = true;
                     st.deadline = clock::monotonic() + server.opts().timeout_header;
@@ -773,6 +807,12 @@ impl Conn {
                 return Ok(());
             }
             st.phase = Phase::Closed;
+            if st.corked {
+                // Held back only because a batch was running: written as it would have been
+                // at `send()` (say a part sent before the app failed), once, without waiting.
+                st.corked = false;
+                let _ = st.out.flush(this.fd);
+            }
             st.out.clear();
             st.rbuf = Vec::new();
             st.rpos = 0;
@@ -850,7 +890,9 @@ impl Conn {
         if pending {
             Self::advance(slf)
         } else {
-            Self::close_now(slf)
+            let mut fx = Effects::default();
+            close_when_written(&mut *this.state.borrow(py)?, &mut fx);
+            Self::apply(slf, fx)
         }
     }
 
@@ -961,6 +1003,19 @@ pub(super) fn flush_now(st: &mut ConnState, fx: &mut Effects, fd: RawFd) {
         st.writing = true;
         fx.writing = Some(true);
     }
+}
+
+/// Closes an idle connection once the last response is written: at once if it is (or the
+/// queue cannot be written), else through `Closing`. The response may still be queued: held
+/// back until the batch ends (`CORK_MAX`), or waiting for a slow reader.
+pub(super) fn close_when_written(st: &mut ConnState, fx: &mut Effects) {
+    if st.out.is_empty() || st.fd < 0 {
+        fx.close = true;
+        return;
+    }
+    st.phase = Phase::Closing;
+    let fd = st.fd;
+    start_closing(st, fx, fd);
 }
 
 /// `Closing`: once the queue is written, shut the write side and linger.

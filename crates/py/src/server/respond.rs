@@ -1,5 +1,6 @@
-//! A request's `send()`: response start, body parts (written from the app's buffer when the
-//! socket takes them at once, queued otherwise), `pathsend`/`zerocopysend` through `sendfile`,
+//! A request's `send()`: response start, body parts (inside a ready batch, a small part is queued
+//! and written when the batch ends; otherwise written from the app's buffer when the socket
+//! takes it at once, queued if not), `pathsend`/`zerocopysend` through `sendfile`,
 //! trailers, and the completion of the response (access log, keep-alive or close).
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -16,7 +17,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use super::conn::{
     flush_now, ready_none, start_closing, Conn, ConnState, Effects, Phase, Request, Response,
-    COPY_MAX, SMALL_BODY_COPY, WRITE_HIGH,
+    COPY_MAX, CORK_MAX, SMALL_BODY_COPY, WRITE_HIGH,
 };
 use super::scope;
 use super::HttpServer;
@@ -174,6 +175,7 @@ impl Conn {
             Body::File(_, _, n) => *n,
         };
         let (framing, trailers, status) = Self::begin_body_part(py, server, st, body_len, more)?;
+        let file = matches!(body, Body::File(..));
         let mut extra: &[u8] = b"";
         let mut after: &[u8] = b"";
         if framing.send_body && body_len > 0 {
@@ -216,26 +218,40 @@ impl Conn {
                 b"\r\n0\r\n\r\n"
             };
         }
-        // Try the socket now: the head, queued bytes and `extra` in one vectored write.
-        if extra.is_empty() {
+        // Inside a ready batch a small part is held back until the batch ends (`CORK_MAX`):
+        // the batch's responses leave together, one `send` each.
+        let cork = !file
+            && extra.len() + st.out.pending() <= CORK_MAX
+            && (st.corked || server.loop_core().get().batch_running(py));
+        if cork {
+            st.out.push(extra);
             st.out.push(after);
-            after = b"";
-        }
-        let Ok(n) = st.out.flush_with(fd, extra) else {
-            st.out.clear();
-            fx.close = true;
-            return Ok(false);
-        };
-        st.out.push(&extra[n..]);
-        if !after.is_empty() {
-            st.out.push(after);
-            if n == extra.len() {
-                flush_now(st, fx, fd);
+            if !st.corked {
+                st.corked = true;
+                fx.cork = true;
             }
-        }
-        if !st.out.is_empty() && !st.writing {
-            st.writing = true;
-            fx.writing = Some(true);
+        } else {
+            // Try the socket now: the head, queued bytes and `extra` in one vectored write.
+            if extra.is_empty() {
+                st.out.push(after);
+                after = b"";
+            }
+            let Ok(n) = st.out.flush_with(fd, extra) else {
+                st.out.clear();
+                fx.close = true;
+                return Ok(false);
+            };
+            st.out.push(&extra[n..]);
+            if !after.is_empty() {
+                st.out.push(after);
+                if n == extra.len() {
+                    flush_now(st, fx, fd);
+                }
+            }
+            if !st.out.is_empty() && !st.writing {
+                st.writing = true;
+                fx.writing = Some(true);
+            }
         }
         if last {
             // What was sent goes out, but a short response is never complete: the app's error
