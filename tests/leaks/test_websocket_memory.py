@@ -2,7 +2,8 @@
 
 One ferroloop loop runs both the server (``HttpServer`` with an echo app) and the clients (asyncio
 streams speaking RFC 6455 by hand): each connection does the handshake, echoes text and binary
-messages, and ends with a close exchange, a dropped socket, or a protocol error. RSS and the
+messages (every other connection compressed with permessage-deflate, so each has a compressor
+and an inflater), and ends with a close exchange, a dropped socket, or a protocol error. RSS and the
 number of gc-tracked objects are measured after each chunk; nothing may grow between the
 second chunk (pools warm) and the last. A leaked session, inbox or decoder buffer per connection
 would add thousands of objects or megabytes.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import zlib
 
 import ferroloop
 
@@ -23,8 +25,10 @@ MAX_RSS_GROWTH = 8 * 1024 * 1024
 MAX_OBJECT_GROWTH = 500
 UPGRADE = (
     b"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
 )
+DEFLATE_OFFER = b"Sec-WebSocket-Extensions: permessage-deflate\r\n"
+TAIL = b"\x00\x00\xff\xff"
 
 
 async def app(scope, receive, send):  # type: ignore[no-untyped-def]
@@ -38,38 +42,55 @@ async def app(scope, receive, send):  # type: ignore[no-untyped-def]
         await send({"type": "websocket.send", **{k: v for k, v in message.items() if k != "type"}})
 
 
-def frame(opcode: int, payload: bytes) -> bytes:
+def frame(opcode: int, payload: bytes, rsv1: bool = False) -> bytes:
     key = os.urandom(4)
     length = len(payload)
+    first = 0x80 | (0x40 if rsv1 else 0) | opcode
     if length < 126:
-        head = bytes([0x80 | opcode, 0x80 | length])
+        head = bytes([first, 0x80 | length])
     else:
-        head = bytes([0x80 | opcode, 0x80 | 126]) + struct.pack("!H", length)
+        head = bytes([first, 0x80 | 126]) + struct.pack("!H", length)
     return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
 
 
-async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+async def read_frame(
+    reader: asyncio.StreamReader, inflater: zlib._Decompress | None = None
+) -> tuple[int, bytes]:
     first, second = await reader.readexactly(2)
     length = second & 0x7F
     if length == 126:
         (length,) = struct.unpack("!H", await reader.readexactly(2))
-    return first & 0x0F, await reader.readexactly(length)
+    payload = await reader.readexactly(length)
+    if first & 0x40:
+        assert inflater is not None, "a compressed frame that was not negotiated"
+        payload = inflater.decompress(payload + TAIL)
+    return first & 0x0F, payload
 
 
-async def one_connection(port: int, ending: int) -> None:
+async def one_connection(port: int, ending: int, compress: bool) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(UPGRADE)
+    writer.write(UPGRADE + (DEFLATE_OFFER if compress else b"") + b"\r\n")
     head = await reader.readuntil(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 101 "), head
+    assert (b"permessage-deflate" in head) == compress, head
+    deflater = zlib.compressobj(wbits=-15) if compress else None
+    inflater = zlib.decompressobj(wbits=-15) if compress else None
+
+    def data_frame(opcode: int, payload: bytes) -> bytes:
+        if deflater is None:
+            return frame(opcode, payload)
+        packed = deflater.compress(payload) + deflater.flush(zlib.Z_SYNC_FLUSH)
+        return frame(opcode, packed[: -len(TAIL)], rsv1=True)
+
     for i in range(MESSAGES_PER_CONNECTION):
         if i % 2:
             payload = b"\x00binary" * (i * 40)
-            writer.write(frame(0x2, payload))
-            assert await read_frame(reader) == (0x2, payload)
+            writer.write(data_frame(0x2, payload))
+            assert await read_frame(reader, inflater) == (0x2, payload)
         else:
             text = f"text message {i} é".encode()
-            writer.write(frame(0x1, text))
-            assert await read_frame(reader) == (0x1, text)
+            writer.write(data_frame(0x1, text))
+            assert await read_frame(reader, inflater) == (0x1, text)
     if ending == 0:  # a close exchange
         writer.write(frame(0x8, struct.pack("!H", 1000)))
         opcode, _ = await read_frame(reader)
@@ -85,7 +106,9 @@ async def one_connection(port: int, ending: int) -> None:
 
 async def churn(port: int) -> None:
     for start in range(0, CONNECTIONS_PER_CHUNK, 10):
-        await asyncio.gather(*(one_connection(port, i % 3) for i in range(start, start + 10)))
+        await asyncio.gather(
+            *(one_connection(port, i % 3, i % 2 == 1) for i in range(start, start + 10))
+        )
 
 
 def test_websocket_connections_leave_memory_flat(server_churn_samples) -> None:

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import struct
+import zlib
 
 import httpx
 import pytest
@@ -78,6 +79,12 @@ def client_frame(opcode: int, payload: bytes, *, fin: bool = True, mask: bool = 
 
 def read_frame(conn) -> tuple[int, bytes]:
     """One unmasked server frame: (opcode, payload)."""
+    first, payload = read_frame_bits(conn)
+    return first & 0x0F, payload
+
+
+def read_frame_bits(conn) -> tuple[int, bytes]:
+    """One unmasked server frame: (its first byte: FIN, RSV bits, opcode; payload)."""
     first, second = conn.read_exact(2)
     assert second & 0x80 == 0, "server frames are never masked"
     length = second & 0x7F
@@ -85,7 +92,7 @@ def read_frame(conn) -> tuple[int, bytes]:
         (length,) = struct.unpack("!H", conn.read_exact(2))
     elif length == 127:
         (length,) = struct.unpack("!Q", conn.read_exact(8))
-    return first & 0x0F, conn.read_exact(length) if length else b""
+    return first, conn.read_exact(length) if length else b""
 
 
 def open_raw(connect, server, path: str = "/echo"):
@@ -442,6 +449,151 @@ def test_shutdown_closes_open_websockets_with_1012(spawn_server):
             ws.recv(timeout=IO_TIMEOUT)
     assert info.value.rcvd is not None and info.value.rcvd.code == 1012
     server.assert_exits_cleanly()
+
+
+# --------------------------------------------------------------------------- permessage-deflate
+
+TAIL = b"\x00\x00\xff\xff"
+
+
+def deflate(data: bytes, compressor=None) -> bytes:
+    """A message's payload as a permessage-deflate client sends it (RFC 7692 §7.2.1)."""
+    compressor = compressor or zlib.compressobj(wbits=-15)
+    payload = compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
+    assert payload.endswith(TAIL)
+    return payload[: -len(TAIL)]
+
+
+def compressed_frame(opcode: int, payload: bytes) -> bytes:
+    """A client frame with RSV1 set (its payload already compressed)."""
+    frame = bytearray(client_frame(opcode, payload))
+    frame[0] |= 0x40
+    return bytes(frame)
+
+
+def open_deflate(connect, server, offer: str, path: str = "/echo"):
+    """A raw WebSocket that offered ``offer``; returns it and the answer's extensions header."""
+    conn = connect(server)
+    conn.send(upgrade_request(path, Sec_WebSocket_Extensions=offer))
+    head = conn.read_head()
+    assert head.status == 101, head
+    return conn, head.header("sec-websocket-extensions")
+
+
+def test_permessage_deflate_is_negotiated_with_the_websockets_client(server):
+    text = "compressible " * 20000
+    blob = os.urandom(100_000)
+    with ws_connect(ws_url(server, "/echo"), max_size=None, open_timeout=IO_TIMEOUT) as ws:
+        answer = ws.response.headers.get("Sec-WebSocket-Extensions", "")
+        assert answer.startswith("permessage-deflate"), answer
+        assert [type(e).__name__ for e in ws.protocol.extensions] == ["PerMessageDeflate"]
+        for message in (text, blob, "", b"", "grüße 🎉", text):
+            ws.send(message)
+            assert ws.recv(timeout=IO_TIMEOUT) == message
+
+
+def test_no_compression_for_a_client_that_does_not_offer_it(server):
+    with ws_connect(ws_url(server, "/echo"), compression=None, open_timeout=IO_TIMEOUT) as ws:
+        assert "Sec-WebSocket-Extensions" not in ws.response.headers
+        ws.send("plain " * 1000)
+        assert ws.recv(timeout=IO_TIMEOUT) == "plain " * 1000
+
+
+def test_ws_per_message_deflate_false_turns_compression_off(spawn_server):
+    server = spawn_server(APP, "--ws-per-message-deflate", "false")
+    with ws_connect(ws_url(server, "/echo"), open_timeout=IO_TIMEOUT) as ws:
+        assert "Sec-WebSocket-Extensions" not in ws.response.headers
+        ws.send("x" * 5000)
+        assert ws.recv(timeout=IO_TIMEOUT) == "x" * 5000
+
+
+@pytest.mark.ferroloop_only(reason="uvicorn answers the parameter as it keeps its own defaults")
+def test_compressed_frames_both_ways_with_context_takeover_raw(server, connect):
+    conn, answer = open_deflate(connect, server, "permessage-deflate; client_max_window_bits")
+    assert answer == "permessage-deflate"
+    client = zlib.compressobj(wbits=-15)
+    reader = zlib.decompressobj(wbits=-15)
+    sizes = []
+    for index in range(3):
+        message = b"the same words again and again %d " % index * 50
+        conn.send(compressed_frame(0x2, deflate(message, client)))
+        first, payload = read_frame_bits(conn)
+        assert first == 0x80 | 0x40 | 0x2, "FIN, RSV1 (compressed), binary"
+        assert reader.decompress(payload + TAIL) == message
+        sizes.append(len(payload))
+    # The server keeps its context: later messages refer back to earlier ones.
+    assert sizes[1] < sizes[0]
+    # An uncompressed message on a compressed connection is fine too (RFC 7692 §6).
+    conn.send(client_frame(0x1, "plain é".encode()))
+    first, payload = read_frame_bits(conn)
+    assert first & 0x0F == 0x1
+    text = reader.decompress(payload + TAIL) if first & 0x40 else payload
+    assert text == "plain é".encode()
+
+
+@pytest.mark.ferroloop_only(reason="checks the exact negotiated parameters ferroloop answers")
+def test_server_no_context_takeover_makes_every_message_standalone_raw(server, connect):
+    offer = "x-unknown-extension, permessage-deflate; server_no_context_takeover"
+    conn, answer = open_deflate(connect, server, offer)
+    assert answer == "permessage-deflate; server_no_context_takeover"
+    message = b"standalone message " * 40
+    payloads = []
+    for _ in range(2):
+        conn.send(compressed_frame(0x2, deflate(message)))
+        first, payload = read_frame_bits(conn)
+        assert first & 0x40
+        # A fresh inflater for each message: no back-reference to an earlier one.
+        assert zlib.decompressobj(wbits=-15).decompress(payload + TAIL) == message
+        payloads.append(payload)
+    assert payloads[0] == payloads[1]
+
+
+@pytest.mark.ferroloop_only(reason="checks the exact negotiated parameters ferroloop answers")
+def test_an_offer_with_an_unknown_parameter_is_declined_raw(server, connect):
+    conn, answer = open_deflate(connect, server, "permessage-deflate; colour=blue")
+    assert answer is None
+    conn.send(client_frame(0x1, b"uncompressed"))
+    assert read_frame_bits(conn) == (0x81, b"uncompressed")
+
+
+@pytest.mark.parametrize(
+    ("offer", "frame", "code"),
+    [
+        (None, compressed_frame(0x1, deflate(b"not negotiated")), 1002),
+        ("permessage-deflate", compressed_frame(0x1, b"\xff\xff\xff not deflate"), 1002),
+        ("permessage-deflate", compressed_frame(0x1, deflate(b"\xff\xfe not utf-8")), 1007),
+        (
+            "permessage-deflate",
+            client_frame(0x1, b"a", fin=False) + compressed_frame(0x0, deflate(b"b")),
+            1002,
+        ),
+    ],
+    ids=["rsv1-without-deflate", "corrupt-deflate", "bad-utf8-inside", "rsv1-on-continuation"],
+)
+def test_compression_errors_close_with_their_code(server, connect, offer, frame, code):
+    if offer is None:
+        conn = open_raw(connect, server, "/wait")
+    else:
+        conn, answer = open_deflate(connect, server, offer, "/wait")
+        assert answer is not None
+    conn.send(frame)
+    opcode, payload = read_frame(conn)
+    assert opcode == 0x8
+    assert close_code(payload) == code
+    assert conn.read_until_close() == b""
+
+
+def test_decompression_bomb_closes_with_1009_without_inflating_it(spawn_server, connect):
+    server = spawn_server(APP, "--ws-max-size", "65536")
+    conn, answer = open_deflate(connect, server, "permessage-deflate", "/wait")
+    assert answer is not None
+    bomb = deflate(bytes(32 * 1024 * 1024))  # 32 MiB of zeros: about 32 KiB compressed
+    assert len(bomb) < 65536
+    conn.send(compressed_frame(0x2, bomb))
+    opcode, payload = read_frame(conn)
+    assert opcode == 0x8
+    assert close_code(payload) == 1009
+    assert conn.read_until_close() == b""
 
 
 # --------------------------------------------------------------------------- frameworks

@@ -139,6 +139,30 @@ def test_every_option():
     }
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], True),
+        (["--ws-per-message-deflate"], True),
+        (["--no-ws-per-message-deflate"], False),
+        (["--ws-per-message-deflate", "false"], False),
+        (["--ws-per-message-deflate", "False"], False),
+        (["--ws-per-message-deflate", "0"], False),
+        (["--ws-per-message-deflate", "true"], True),
+    ],
+)
+def test_ws_per_message_deflate_takes_uvicorns_boolean_value(argv, expected):
+    options = parse_args(["m:a", *argv])
+    assert options is not None
+    assert options["ws_per_message_deflate"] is expected
+
+
+def test_ws_per_message_deflate_refuses_a_value_that_is_not_a_boolean(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["m:a", "--ws-per-message-deflate", "maybe"])
+    assert "expected true or false" in capsys.readouterr().err
+
+
 def test_uvicorn_spellings():
     options = parse_args(
         ["m:a", "--limit-max-requests", "5", "--limit-max-requests-jitter", "2", "--proxy-headers"]

@@ -366,6 +366,7 @@ def test_http_server_options():
         "ws_max_queue": 32,
         "ws_ping_interval": 20.0,
         "ws_ping_timeout": 20.0,
+        "ws_per_message_deflate": True,
     }
     cfg = config(
         "m:app",

@@ -31,6 +31,16 @@ def _header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def _flag_value(text: str) -> bool:
+    """A value after a boolean option, as uvicorn's click options take it (``--x false``)."""
+    value = text.strip().lower()
+    if value in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if value in ("0", "false", "f", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
 def _version() -> str:
     from .. import __version__
 
@@ -205,11 +215,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=20.0,
         help="seconds a keepalive ping waits for its pong before closing with 1011 (0: no limit)",
     )
+    # uvicorn spells it `--ws-per-message-deflate BOOLEAN`; the bare flag and the `--no-` form
+    # work too.
     add(
         "--ws-per-message-deflate",
-        action=_BOOL,
+        nargs="?",
+        const=True,
         default=True,
-        help="uvicorn option, accepted: compression is not negotiated yet (see docs/server.md)",
+        type=_flag_value,
+        metavar="BOOL",
+        help="negotiate permessage-deflate (RFC 7692) with clients that offer it (default: on)",
+    )
+    add(
+        "--no-ws-per-message-deflate",
+        dest="ws_per_message_deflate",
+        action="store_false",
+        help="never compress WebSocket messages",
     )
     for name in ("--loop", "--http"):
         add(name, default=None, help="uvicorn option, accepted and ignored")

@@ -184,7 +184,7 @@ class Config:
         # uvicorn takes 0 (or None) as "no keepalive pings" / "no pong deadline".
         self.ws_ping_interval = ws_ping_interval or None
         self.ws_ping_timeout = ws_ping_timeout or None
-        # Accepted for uvicorn's command lines; permessage-deflate is not negotiated yet.
+        # permessage-deflate (RFC 7692) is negotiated when the client offers it, as uvicorn does.
         self.ws_per_message_deflate = ws_per_message_deflate
 
         self.loaded = False
@@ -379,6 +379,7 @@ class Config:
             "ws_max_queue": self.ws_max_queue,
             "ws_ping_interval": self.ws_ping_interval,
             "ws_ping_timeout": self.ws_ping_timeout,
+            "ws_per_message_deflate": self.ws_per_message_deflate,
         }
 
 

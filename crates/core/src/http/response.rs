@@ -218,7 +218,8 @@ pub fn encode_head(
 /// Validates the application's fields and collects what matters for framing.
 /// Appends a `101 Switching Protocols` head that accepts a WebSocket upgrade (RFC 6455 §4.2.2):
 /// `upgrade`, `connection` and `sec-websocket-accept` (`accept`, computed by the caller), the
-/// chosen `subprotocol` if any, the server's fields, then the application's `headers` (checked
+/// chosen `subprotocol` if any, the negotiated `extensions` (a `sec-websocket-extensions`
+/// value, written by the server) if any, the server's fields, then the application's `headers` (checked
 /// as in [`encode_head`]; ones that would contradict the upgrade, such as `content-length`,
 /// `transfer-encoding`, `connection`, `upgrade` or `sec-websocket-accept`, are refused). On
 /// `Err`, `out` is unchanged.
@@ -226,6 +227,7 @@ pub fn encode_upgrade_head(
     out: &mut Vec<u8>,
     accept: &[u8],
     subprotocol: Option<&[u8]>,
+    extensions: Option<&[u8]>,
     headers: &[(&[u8], &[u8])],
     fields: &ServerFields<'_>,
 ) -> Result<(), HeaderError> {
@@ -270,6 +272,9 @@ pub fn encode_upgrade_head(
     push_field(out, b"sec-websocket-accept", accept);
     if let Some(p) = subprotocol {
         push_field(out, b"sec-websocket-protocol", p);
+    }
+    if let Some(e) = extensions {
+        push_field(out, b"sec-websocket-extensions", e);
     }
     fields.push(out, app.date, app.server, |name| {
         headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))

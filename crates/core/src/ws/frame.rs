@@ -18,12 +18,17 @@
 //! Decisions beyond the RFC's MUSTs:
 //! * A length encoded in more bytes than needed (126 followed by a value below 126, say) is
 //!   accepted, as Python's `websockets` (uvicorn's default) and most servers do.
+//! * A compressed message (permessage-deflate, RFC 7692) is limited twice by `max_message`: its
+//!   compressed bytes as they arrive, like any message, and its inflated size, checked while
+//!   inflating (see [`crate::ws::deflate`]).
 //! * Close codes 1012-1014 (Service Restart, Try Again Later, Bad Gateway), registered with IANA
 //!   after RFC 6455, are accepted: this server itself closes with 1012 on shutdown, and
 //!   `websockets` accepts them too. 1004-1006, 1015 and the rest below 3000 are refused.
 
 use std::fmt;
 use std::mem;
+
+use super::deflate::{DeflateParams, InflateError, Inflater};
 
 /// Longest server frame header: 2 bytes, then a 64-bit length (no masking key: servers do not
 /// mask).
@@ -34,9 +39,22 @@ const MAX_CONTROL_PAYLOAD: u8 = 125;
 /// Longest close reason: the control payload less the 2-byte code (RFC 6455 §5.5.1).
 const MAX_CLOSE_REASON: usize = MAX_CONTROL_PAYLOAD as usize - 2;
 
+/// Byte 0's RSV1 bit: a compressed message's first frame when permessage-deflate is on.
+const RSV1: u8 = 0x40;
+/// Byte 0's RSV2 and RSV3 bits, which no supported extension uses.
+const RSV2_RSV3: u8 = 0x30;
+
 const RESERVED_BITS: ProtocolError = ProtocolError::new(
     1002,
     "RSV bit set in a frame, but no extension was negotiated",
+);
+const RSV2_RSV3_SET: ProtocolError = ProtocolError::new(
+    1002,
+    "RSV2 or RSV3 set in a frame, but no extension using them was negotiated",
+);
+const RSV1_NOT_FIRST: ProtocolError = ProtocolError::new(
+    1002,
+    "RSV1 set on a continuation or control frame: only a message's first frame marks compression",
 );
 const RESERVED_OPCODE: ProtocolError = ProtocolError::new(1002, "frame with a reserved opcode");
 const FRAGMENTED_CONTROL: ProtocolError = ProtocolError::new(
@@ -63,6 +81,12 @@ const MESSAGE_TOO_BIG: ProtocolError = ProtocolError::new(
     "message larger than the server accepts (--ws-max-size)",
 );
 const BAD_TEXT: ProtocolError = ProtocolError::new(1007, "text message is not valid UTF-8");
+// 1002, as the websockets library (uvicorn's) closes on data that does not inflate; RFC 7692
+// §8 asks to fail the connection without naming a code.
+const BAD_DEFLATE: ProtocolError = ProtocolError::new(
+    1002,
+    "compressed message could not be inflated: not valid deflate data",
+);
 const CLOSE_ONE_BYTE: ProtocolError =
     ProtocolError::new(1002, "close frame payload of 1 byte: a close code takes 2");
 const BAD_CLOSE_CODE: ProtocolError = ProtocolError::new(
@@ -171,10 +195,12 @@ enum State {
 struct Message {
     /// `Text` or `Binary` from the message's first frame header on, `None` between messages.
     kind: Option<Opcode>,
+    /// RSV1 was set on the first frame: `data` is deflate data, inflated when the message ends.
+    compressed: bool,
     /// The payload so far, unmasked; at most the decoder's `max_message` bytes.
     data: Vec<u8>,
-    /// For text, `data[..checked]` is valid UTF-8 and the rest (at most 3 bytes) a prefix of a
-    /// character that may be completed by the next bytes.
+    /// For uncompressed text, `data[..checked]` is valid UTF-8 and the rest (at most 3 bytes) a
+    /// prefix of a character that may be completed by the next bytes.
     checked: usize,
 }
 
@@ -201,6 +227,9 @@ pub struct Decoder {
     message: Message,
     /// The payload of the control frame in progress, unmasked (at most 125 bytes).
     control: Vec<u8>,
+    /// The client's deflate context when permessage-deflate was negotiated: RSV1 is then allowed
+    /// on a message's first frame.
+    inflater: Option<Inflater>,
 }
 
 impl Decoder {
@@ -211,6 +240,17 @@ impl Decoder {
             state: State::Head,
             message: Message::default(),
             control: Vec::new(),
+            inflater: None,
+        }
+    }
+
+    /// A decoder that accepts compressed messages (RSV1 on a message's first frame) as
+    /// negotiated by `params`. `Decoder::new(max)` stays as it is (no extension: RSV1 refused as
+    /// today).
+    pub fn with_deflate(max_message: usize, params: &DeflateParams) -> Self {
+        Self {
+            inflater: Some(Inflater::new(params.client_no_context_takeover)),
+            ..Self::new(max_message)
         }
     }
 
@@ -284,10 +324,18 @@ impl Decoder {
             return Ok(None);
         };
         let fin = b0 & 0x80 != 0;
-        if b0 & 0x70 != 0 {
+        let deflate = self.inflater.is_some();
+        if b0 & (RSV1 | RSV2_RSV3) != 0 && !deflate {
             return Err(RESERVED_BITS);
         }
+        if b0 & RSV2_RSV3 != 0 {
+            return Err(RSV2_RSV3_SET);
+        }
         let opcode = Opcode::from_bits(b0 & 0x0f).ok_or(RESERVED_OPCODE)?;
+        let compressed = b0 & RSV1 != 0;
+        if compressed && !matches!(opcode, Opcode::Text | Opcode::Binary) {
+            return Err(RSV1_NOT_FIRST);
+        }
         let in_message = self.message.kind.is_some();
         match opcode {
             _ if opcode.is_control() && !fin => return Err(FRAGMENTED_CONTROL),
@@ -329,6 +377,7 @@ impl Decoder {
         };
         if matches!(opcode, Opcode::Text | Opcode::Binary) {
             self.message.kind = Some(opcode);
+            self.message.compressed = compressed;
         }
         let payload = State::Payload {
             opcode,
@@ -363,7 +412,11 @@ impl Decoder {
         let start = buf.len();
         buf.extend_from_slice(chunk);
         unmask(&mut buf[start..], mask);
-        if !opcode.is_control() && self.message.kind == Some(Opcode::Text) {
+        // Compressed text is checked once inflated.
+        if !opcode.is_control()
+            && self.message.kind == Some(Opcode::Text)
+            && !self.message.compressed
+        {
             self.message.check_text()?;
         }
         Ok(())
@@ -383,13 +436,29 @@ impl Decoder {
             }
             Opcode::Continuation | Opcode::Text | Opcode::Binary if fin => {
                 let message = mem::take(&mut self.message);
-                match message.kind {
-                    Some(Opcode::Text) if message.checked != message.data.len() => {
-                        // The message ends inside a character.
-                        return Err(BAD_TEXT);
+                let text = message.kind == Some(Opcode::Text);
+                let data = match (message.compressed, &mut self.inflater) {
+                    (true, Some(inflater)) => {
+                        let mut data = Vec::new();
+                        inflater
+                            .inflate(&message.data, self.max_message, &mut data)
+                            .map_err(|err| match err {
+                                InflateError::TooBig => MESSAGE_TOO_BIG,
+                                InflateError::Corrupt => BAD_DEFLATE,
+                            })?;
+                        if text && std::str::from_utf8(&data).is_err() {
+                            return Err(BAD_TEXT);
+                        }
+                        data
                     }
-                    Some(Opcode::Text) => Event::Text(message.data),
-                    _ => Event::Binary(message.data),
+                    // The message ends inside a character.
+                    _ if text && message.checked != message.data.len() => return Err(BAD_TEXT),
+                    _ => message.data,
+                };
+                if text {
+                    Event::Text(data)
+                } else {
+                    Event::Binary(data)
                 }
             }
             Opcode::Continuation | Opcode::Text | Opcode::Binary => return Ok(None),
@@ -477,6 +546,8 @@ pub fn close_payload(code: u16, reason: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod consume_tests;
+#[cfg(test)]
+mod deflate_tests;
 #[cfg(test)]
 mod encode_tests;
 #[cfg(test)]

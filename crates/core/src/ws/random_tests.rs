@@ -1,9 +1,11 @@
 //! Deterministic randomized tests of the frame [`Decoder`]. Random valid conversations (messages
-//! cut into fragments at random bytes, control frames between fragments, random masking keys),
-//! split into reads at random points, decode to exactly what was sent. Random and mutated streams
-//! (the fuzz target's invariant) never panic or stall, and give the same events and the same
-//! error however they are split.
+//! cut into fragments at random bytes, control frames between fragments, random masking keys,
+//! and with permessage-deflate most messages compressed by a client-side [`Compressor`]), split
+//! into reads at random points, decode to exactly what was sent. Random and mutated streams (the
+//! fuzz target's invariant) never panic or stall, and give the same events and the same error
+//! however they are split.
 
+use super::deflate::{Compressor, DeflateParams};
 use super::frame::{encode_head, Decoder, Event, Opcode, ProtocolError, MAX_HEAD_LEN};
 
 use crate::test_rng::Rng;
@@ -24,6 +26,24 @@ const CHARS: &[char] = &[
     '𝄞',
     '😀',
     '\u{10ffff}',
+];
+
+/// The decoder's extension: none, permessage-deflate with the client's context kept across
+/// messages, or reset after each.
+const DEFLATE: [Option<DeflateParams>; 3] = [
+    None,
+    Some(DeflateParams {
+        server_no_context_takeover: false,
+        client_no_context_takeover: false,
+        server_max_window_bits: None,
+        client_max_window_bits: None,
+    }),
+    Some(DeflateParams {
+        server_no_context_takeover: false,
+        client_no_context_takeover: true,
+        server_max_window_bits: None,
+        client_max_window_bits: None,
+    }),
 ];
 
 const CLOSE_CODES: &[u16] = &[
@@ -80,7 +100,13 @@ fn control(rng: &mut Rng, out: &mut Vec<u8>, events: &mut Vec<Event>) {
 }
 
 /// A data message cut into 1 to 4 fragments at random bytes, with control frames between them.
-fn message(rng: &mut Rng, out: &mut Vec<u8>, events: &mut Vec<Event>) {
+/// With a `compressor` (the client's), three messages in four go compressed.
+fn message(
+    rng: &mut Rng,
+    out: &mut Vec<u8>,
+    events: &mut Vec<Event>,
+    compressor: Option<&mut Compressor>,
+) {
     let (opcode, data, event) = if rng.below(2) == 0 {
         let len = random_len(rng);
         let text = random_text(rng, len);
@@ -91,6 +117,14 @@ fn message(rng: &mut Rng, out: &mut Vec<u8>, events: &mut Vec<Event>) {
         let data = rng.bytes(len);
         (Opcode::Binary, data.clone(), Event::Binary(data))
     };
+    let (data, compressed) = match compressor {
+        Some(compressor) if rng.below(4) != 0 => {
+            let mut payload = Vec::new();
+            compressor.compress(&data, &mut payload);
+            (payload, true)
+        }
+        _ => (data, false),
+    };
     let count = rng.below(4);
     let mut cuts: Vec<usize> = (0..count).map(|_| rng.below(data.len() + 1)).collect();
     cuts.sort_unstable();
@@ -100,7 +134,11 @@ fn message(rng: &mut Rng, out: &mut Vec<u8>, events: &mut Vec<Event>) {
         let first = i == 0;
         let last = i + 1 == cuts.len();
         let op = if first { opcode } else { Opcode::Continuation };
+        let head = out.len();
         client_frame(rng, op, last, &data[start..end], out);
+        if first && compressed {
+            out[head] |= 0x40;
+        }
         start = end;
         if !last && rng.below(3) == 0 {
             control(rng, out, events);
@@ -109,15 +147,23 @@ fn message(rng: &mut Rng, out: &mut Vec<u8>, events: &mut Vec<Event>) {
     events.push(event);
 }
 
-/// A random valid conversation: its client byte stream and the events it must decode to.
-fn conversation(rng: &mut Rng) -> (Vec<u8>, Vec<Event>) {
+/// A random valid conversation with a decoder that negotiated `deflate`: its client byte stream
+/// and the events it must decode to.
+fn conversation(rng: &mut Rng, deflate: Option<&DeflateParams>) -> (Vec<u8>, Vec<Event>) {
     let (mut out, mut events) = (Vec::new(), Vec::new());
+    // The client's compressor keeps its context unless it promised not to.
+    let mut compressor = deflate.map(|params| {
+        Compressor::new(&DeflateParams {
+            server_no_context_takeover: params.client_no_context_takeover,
+            ..*params
+        })
+    });
     let count = rng.below(6);
     for _ in 0..count {
         if rng.below(4) == 0 {
             control(rng, &mut out, &mut events);
         } else {
-            message(rng, &mut out, &mut events);
+            message(rng, &mut out, &mut events, compressor.as_mut());
         }
     }
     match rng.below(3) {
@@ -147,10 +193,19 @@ fn conversation(rng: &mut Rng) -> (Vec<u8>, Vec<Event>) {
 /// Events and the end of decoding (consumed total or the error).
 type Outcome = (Vec<Event>, Result<usize, ProtocolError>);
 
-/// Decodes `input` in reads of 1 to `max_read` bytes, as the connection layer does. Each call
-/// must consume, yield an event, or stop: more calls than that would be a loop.
-fn decode_in_reads(rng: &mut Rng, max: usize, input: &[u8], max_read: usize) -> Outcome {
-    let mut decoder = Decoder::new(max);
+/// Decodes `input` in reads of 1 to `max_read` bytes, as the connection layer does, with a
+/// decoder that negotiated `deflate`. Each call must consume, yield an event, or stop: more calls
+/// than that would be a loop.
+fn decode_in_reads(
+    rng: &mut Rng,
+    (max, deflate): (usize, Option<&DeflateParams>),
+    input: &[u8],
+    max_read: usize,
+) -> Outcome {
+    let mut decoder = match deflate {
+        Some(params) => Decoder::with_deflate(max, params),
+        None => Decoder::new(max),
+    };
     let (mut events, mut consumed, mut offered, mut calls) = (Vec::new(), 0, 0, 0);
     while offered < input.len() {
         offered = (offered + 1 + rng.below(max_read)).min(input.len());
@@ -180,20 +235,22 @@ fn decode_in_reads(rng: &mut Rng, max: usize, input: &[u8], max_read: usize) -> 
 fn random_conversations_split_anywhere_decode_to_what_was_sent() {
     let mut rng = Rng(0x5eed_0fc0_ffee_1234);
     let mut frames = 0;
-    for round in 0..1_500 {
-        let (input, events) = conversation(&mut rng);
+    for round in 0..2_400 {
+        let deflate = DEFLATE[round % 3].as_ref();
+        let (input, events) = conversation(&mut rng, deflate);
         let max_read = [1, 3, 100, 5_000, usize::MAX - 1][round % 5];
-        let (got, end) = decode_in_reads(&mut rng, 1 << 17, &input, max_read);
+        let (got, end) = decode_in_reads(&mut rng, (1 << 17, deflate), &input, max_read);
         assert_eq!(end, Ok(input.len()), "round {round}");
         assert_eq!(got, events, "round {round}");
         frames += events.len();
     }
-    assert!(frames > 5_000, "{frames}");
+    assert!(frames > 8_000, "{frames}");
 }
 
 /// Bytes that matter to the frame grammar: FIN and opcodes, MASK with lengths 125-127.
 const INTERESTING: &[u8] = &[
-    0x00, 0x01, 0x02, 0x08, 0x09, 0x0a, 0x80, 0x81, 0x82, 0x88, 0x89, 0xfd, 0xfe, 0xff, 0xc1,
+    0x00, 0x01, 0x02, 0x08, 0x09, 0x0a, 0x80, 0x81, 0x82, 0x88, 0x89, 0xfd, 0xfe, 0xff, 0xc1, 0xc2,
+    0x41, 0xc9,
 ];
 
 fn mutate(rng: &mut Rng, input: &mut Vec<u8>) {
@@ -215,9 +272,10 @@ fn mutate(rng: &mut Rng, input: &mut Vec<u8>) {
 #[test]
 fn random_streams_never_panic_and_do_not_depend_on_the_split() {
     let mut rng = Rng(0x0bad_5eed_dead_beef);
-    // Outcomes seen: complete, incomplete, and each close code.
-    let (mut ok, mut codes) = (0, [0usize; 3]);
+    // Outcomes seen: complete, incomplete, each close code, and corrupt deflate data.
+    let (mut ok, mut codes, mut corrupt) = (0, [0usize; 3], 0);
     for round in 0..6_000 {
+        let deflate = DEFLATE[(round / 3) % 3].as_ref();
         let input = if round % 3 == 0 {
             let len = rng.below(64);
             let mut input = rng.bytes(len);
@@ -226,26 +284,27 @@ fn random_streams_never_panic_and_do_not_depend_on_the_split() {
             }
             input
         } else {
-            let (mut input, _) = conversation(&mut rng);
+            let (mut input, _) = conversation(&mut rng, deflate);
             input.truncate(4_096);
             mutate(&mut rng, &mut input);
             input
         };
         let max = [0, 16, 1_000, 1 << 20][rng.below(4)];
-        let whole = decode_in_reads(&mut rng, max, &input, usize::MAX - 1);
+        let whole = decode_in_reads(&mut rng, (max, deflate), &input, usize::MAX - 1);
         let max_read = 1 + rng.below(8);
-        let pieces = decode_in_reads(&mut rng, max, &input, max_read);
+        let pieces = decode_in_reads(&mut rng, (max, deflate), &input, max_read);
         assert_eq!(whole, pieces, "{input:02x?}");
         match whole.1 {
             Ok(_) => ok += 1,
             Err(err) => {
+                corrupt += usize::from(err.reason.contains("inflated"));
                 let slot = [1002, 1007, 1009].iter().position(|&c| c == err.code);
                 codes[slot.unwrap_or_else(|| panic!("unexpected close code: {err}"))] += 1;
             }
         }
     }
     assert!(
-        ok > 500 && codes.iter().all(|&n| n > 100),
-        "{ok} ok, {codes:?}"
+        ok > 500 && codes.iter().all(|&n| n > 100) && corrupt > 50,
+        "{ok} ok, {codes:?}, {corrupt} not inflated"
     );
 }

@@ -143,7 +143,7 @@ impl HttpServer {
         server_header=true, date_header=true, headers=Vec::new(), reset_contextvars=false,
         access_log=None, log_error=None, plain_app=None, native_tasks=true,
         trace_connections=None, ws=true, ws_max_size=16_777_216, ws_max_queue=32,
-        ws_ping_interval=Some(20.0), ws_ping_timeout=Some(20.0)))]
+        ws_ping_interval=Some(20.0), ws_ping_timeout=Some(20.0), ws_per_message_deflate=true))]
     #[allow(clippy::too_many_arguments)]
     #[allow(
         clippy::fn_params_excessive_bools,
@@ -178,6 +178,7 @@ impl HttpServer {
         ws_max_queue: usize,
         ws_ping_interval: Option<f64>,
         ws_ping_timeout: Option<f64>,
+        ws_per_message_deflate: bool,
     ) -> PyResult<Self> {
         let loop_ = r#loop.cast::<LoopCore>().map_err(|_| {
             PyTypeError::new_err("HttpServer needs a ferroloop loop (ferroloop.new_event_loop())")
@@ -254,6 +255,7 @@ impl HttpServer {
                     max_queue: ws_max_queue,
                     ping_interval: ws_ping_interval,
                     ping_timeout: ws_ping_timeout,
+                    per_message_deflate: ws_per_message_deflate,
                 }),
             },
             state: LoopCell::new(ServerState {

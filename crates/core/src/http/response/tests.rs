@@ -607,13 +607,15 @@ fn upgrade_head_carries_the_accept_key_the_subprotocol_and_the_fields() {
         &mut out,
         b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=",
         Some(b"chat"),
+        Some(b"permessage-deflate"),
         app,
         &fields,
     )
     .unwrap();
     let want = "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\
                 sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\
-                sec-websocket-protocol: chat\r\ndate: Fri, 27 Nov 2026 06:00:00 GMT\r\n\
+                sec-websocket-protocol: chat\r\nsec-websocket-extensions: permessage-deflate\r\n\
+                date: Fri, 27 Nov 2026 06:00:00 GMT\r\n\
                 server: ferroloop\r\nx-app: 1\r\n\r\n";
     assert_eq!(String::from_utf8_lossy(&out), want);
 }
@@ -633,10 +635,10 @@ fn upgrade_head_refuses_fields_that_contradict_the_upgrade_and_leaves_out_unchan
         &[(b"x", b"a\r\nb")],
     ] {
         let mut out = b"kept".to_vec();
-        assert!(encode_upgrade_head(&mut out, b"k", None, app, &fields).is_err());
+        assert!(encode_upgrade_head(&mut out, b"k", None, None, app, &fields).is_err());
         assert_eq!(out, b"kept");
     }
     let mut out = Vec::new();
-    assert!(encode_upgrade_head(&mut out, b"k", Some(b"a b"), &[], &fields).is_err());
+    assert!(encode_upgrade_head(&mut out, b"k", Some(b"a b"), None, &[], &fields).is_err());
     assert!(out.is_empty());
 }

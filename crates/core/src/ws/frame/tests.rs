@@ -11,7 +11,7 @@ pub(super) const TEXT: u8 = 0x1;
 pub(super) const BINARY: u8 = 0x2;
 pub(super) const CLOSE: u8 = 0x8;
 pub(super) const PING: u8 = 0x9;
-const PONG: u8 = 0xa;
+pub(super) const PONG: u8 = 0xa;
 /// Byte 1: the MASK bit, and the 7-bit lengths that announce a 16-bit or 64-bit length.
 pub(super) const MASKED: u8 = 0x80;
 pub(super) const LEN_16: u8 = 0x7e;
@@ -22,7 +22,7 @@ pub(super) const BIG: usize = 1 << 20;
 
 /// A client frame: `b0` (FIN, RSV bits, opcode) as given, the shortest length encoding,
 /// `payload` masked with `mask` (sent unmasked when `None`).
-fn frame_with(b0: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+pub(super) fn frame_with(b0: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
     let mut out = vec![b0];
     let mask_bit = if mask.is_some() { MASKED } else { 0 };
     match payload.len() {
@@ -66,8 +66,7 @@ pub(super) struct Outcome {
 
 /// Feeds `chunks` in turn to one decoder the way the connection layer does: bytes not consumed
 /// stay pending and are offered again with the next read.
-fn feed<'a>(max: usize, chunks: impl Iterator<Item = &'a [u8]>) -> Outcome {
-    let mut decoder = Decoder::new(max);
+fn feed<'a>(mut decoder: Decoder, chunks: impl Iterator<Item = &'a [u8]>) -> Outcome {
     let (mut pending, mut consumed, mut events) = (Vec::new(), 0, Vec::new());
     for chunk in chunks {
         pending.extend_from_slice(chunk);
@@ -109,13 +108,18 @@ fn feed<'a>(max: usize, chunks: impl Iterator<Item = &'a [u8]>) -> Outcome {
 
 /// Decodes `input` three ways and returns the agreed outcome.
 pub(super) fn decode3(max: usize, input: &[u8]) -> Outcome {
-    let whole = feed(max, std::iter::once(input));
-    let bytewise = feed(max, input.chunks(1));
+    decode3_with(&|| Decoder::new(max), input)
+}
+
+/// [`decode3`] with decoders made by `new` (one per way).
+pub(super) fn decode3_with(new: &dyn Fn() -> Decoder, input: &[u8]) -> Outcome {
+    let whole = feed(new(), std::iter::once(input));
+    let bytewise = feed(new(), input.chunks(1));
     assert_eq!(whole, bytewise, "whole vs byte by byte: {input:02x?}");
 
     let next = frame(FIN | PING, NEXT_PING);
     let with_next = [input, &next].concat();
-    let trailing = feed(max, std::iter::once(&with_next[..]));
+    let trailing = feed(new(), std::iter::once(&with_next[..]));
     let closed = matches!(whole.events.last(), Some((_, Event::Close { .. })));
     let mut want = whole.clone();
     if let (Ok(n), false) = (whole.end, closed) {

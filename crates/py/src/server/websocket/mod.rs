@@ -36,7 +36,10 @@ mod send;
 use std::collections::VecDeque;
 
 use ferroloop_core::http::{error_response, Head, HttpError, Version};
-use ferroloop_core::ws::{self, close_payload, encode_head, Decoder, Event, Opcode, MAX_HEAD_LEN};
+use ferroloop_core::ws::{
+    self, close_payload, encode_head, Compressor, Decoder, DeflateParams, Event, Opcode,
+    MAX_HEAD_LEN,
+};
 use ferroloop_core::OutQueue;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyRuntimeError};
@@ -71,6 +74,9 @@ pub(crate) struct WsOptions {
     /// Seconds a ping waits for its pong before the connection fails with 1011
     /// (`--ws-ping-timeout`); `None`: no limit.
     pub ping_timeout: Option<f64>,
+    /// Negotiate permessage-deflate (RFC 7692) when the client offers it
+    /// (`--ws-per-message-deflate`, on by default as in uvicorn).
+    pub per_message_deflate: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,10 +105,26 @@ pub(super) struct WsSession {
     close_due: f64,
     /// Keepalive pings sent; the last one's payload is this count, big-endian.
     pings: u32,
+    deflate: Deflate,
+}
+
+/// permessage-deflate on one WebSocket.
+enum Deflate {
+    /// Not offered (or not acceptable, or `--ws-per-message-deflate false`).
+    Off,
+    /// Offered and acceptable: answered in the 101 if the app accepts.
+    Offered(DeflateParams),
+    /// In force since the 101 went out. The compressor is made by the first data frame sent:
+    /// about 400 KiB of zlib state (a 15-bit window) that a connection which never sends does
+    /// not pay for.
+    On {
+        params: DeflateParams,
+        compressor: Option<Box<Compressor>>,
+    },
 }
 
 impl WsSession {
-    fn new(accept: [u8; 28], opts: &WsOptions) -> Self {
+    fn new(accept: [u8; 28], deflate: Option<DeflateParams>, opts: &WsOptions) -> Self {
         Self {
             state: WsState::Handshake,
             accept,
@@ -117,6 +139,7 @@ impl WsSession {
             pong_due: f64::INFINITY,
             close_due: f64::INFINITY,
             pings: 0,
+            deflate: deflate.map_or(Deflate::Off, Deflate::Offered),
         }
     }
 
@@ -154,12 +177,14 @@ fn websocket_request(buf: &[u8], head: &Head, opts: &WsOptions) -> Upgrade {
         return Upgrade::No;
     }
     let (mut upgrade, mut connection, mut version, mut key) = (false, false, None, None);
+    let mut extensions = Vec::new();
     for (name, value) in head.header_fields(buf) {
         match name {
             b"upgrade" => upgrade |= ws::has_token(value, b"websocket"),
             b"connection" => connection |= ws::has_token(value, b"upgrade"),
             b"sec-websocket-version" => version = version.or(Some(value)),
             b"sec-websocket-key" => key = key.or(Some(value)),
+            b"sec-websocket-extensions" => extensions.push(value),
             _ => {}
         }
     }
@@ -190,7 +215,12 @@ fn websocket_request(buf: &[u8], head: &Head, opts: &WsOptions) -> Upgrade {
             reason: "WebSocket upgrade request with a body",
         });
     }
-    Upgrade::Yes(Box::new(WsSession::new(ws::accept_key(key), opts)))
+    let deflate = if opts.per_message_deflate {
+        DeflateParams::negotiate(extensions)
+    } else {
+        None
+    };
+    Upgrade::Yes(Box::new(WsSession::new(ws::accept_key(key), deflate, opts)))
 }
 
 /// `idle_step`'s question about a parsed head: an ordinary request, a WebSocket (its session),
@@ -243,12 +273,26 @@ pub(super) fn disconnect_message(py: Python<'_>, code: u16, reason: &str) -> PyR
 
 /// Queues one whole frame (header and payload copied into the queue).
 fn queue_frame(out: &mut OutQueue, op: Opcode, payload: &[u8]) {
+    queue_data_frame(out, op, false, payload);
+}
+
+/// Queues one whole frame, with RSV1 set if `compressed` (a permessage-deflate message).
+fn queue_data_frame(out: &mut OutQueue, op: Opcode, compressed: bool, payload: &[u8]) {
     let mut head = [0u8; MAX_HEAD_LEN];
-    let n = encode_head(op, true, payload.len(), &mut head);
+    let n = frame_head(op, compressed, payload.len(), &mut head);
     out.with_tail(|b| {
         b.extend_from_slice(&head[..n]);
         b.extend_from_slice(payload);
     });
+}
+
+/// A single-frame message's header; RSV1 marks a compressed payload (RFC 7692 §6).
+fn frame_head(op: Opcode, compressed: bool, len: usize, head: &mut [u8; MAX_HEAD_LEN]) -> usize {
+    let n = encode_head(op, true, len, head);
+    if compressed {
+        head[0] |= 0x40;
+    }
+    n
 }
 
 /// Queues a close frame with `code` and `reason`, and notes it was sent.

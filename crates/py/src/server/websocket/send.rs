@@ -5,15 +5,15 @@
 
 use ferroloop_core::clock;
 use ferroloop_core::http::{encode_upgrade_head, error_response};
-use ferroloop_core::ws::{encode_head, Opcode, MAX_HEAD_LEN};
+use ferroloop_core::ws::{Compressor, Decoder, Opcode, MAX_HEAD_LEN};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use super::{
-    finish, logged_path, queue_close, queue_frame, tell_disconnect, ClientDisconnected, WsSession,
-    WsState, CLOSE_TIMEOUT,
+    finish, frame_head, logged_path, queue_close, queue_data_frame, queue_frame, tell_disconnect,
+    ClientDisconnected, Deflate, WsSession, WsState, CLOSE_TIMEOUT,
 };
 use crate::server::conn::{
     flush_now, Conn, ConnState, Effects, Phase, SMALL_BODY_COPY, WRITE_HIGH,
@@ -164,16 +164,38 @@ impl Conn {
         let pairs = header_pairs(&held);
         let date = server.date(py);
         let fields = server.fields(date.as_ref().map(|d| &d[..]));
-        let accept = st.ws().expect("a WebSocket").accept;
+        let ws = st.ws().expect("a WebSocket");
+        let accept = ws.accept;
+        let extensions = match &ws.deflate {
+            Deflate::Offered(params) => Some(params.response_value()),
+            Deflate::Off | Deflate::On { .. } => None,
+        };
         st.out
             .with_tail(|b| {
-                encode_upgrade_head(b, &accept, subprotocol.map(str::as_bytes), &pairs, &fields)
+                encode_upgrade_head(
+                    b,
+                    &accept,
+                    subprotocol.map(str::as_bytes),
+                    extensions.as_deref().map(str::as_bytes),
+                    &pairs,
+                    &fields,
+                )
             })
             .map_err(|e| PyRuntimeError::new_err(format!("invalid websocket.accept: {e}")))?;
         fx.websocket_log = Some((logged_path(py, st), "[accepted]".to_owned()));
-        let ping_interval = server.opts().ws.and_then(|o| o.ping_interval);
+        let ws_opts = server.opts().ws;
+        let ping_interval = ws_opts.and_then(|o| o.ping_interval);
         let ws = st.ws_mut().expect("a WebSocket");
         ws.state = WsState::Open;
+        if let (Deflate::Offered(params), Some(opts)) = (&ws.deflate, ws_opts) {
+            // The 101 says permessage-deflate: from now on the client may compress, and we do.
+            let params = *params;
+            ws.decoder = Decoder::with_deflate(opts.max_size, &params);
+            ws.deflate = Deflate::On {
+                params,
+                compressor: None,
+            };
+        }
         if let Some(interval) = ping_interval {
             ws.ping_due = clock::monotonic() + interval;
         }
@@ -267,12 +289,27 @@ impl Conn {
         op: Opcode,
         data: &[u8],
     ) -> bool {
+        // With permessage-deflate in force every data message is compressed, as the websockets
+        // library under uvicorn does.
+        let compressed = match st.ws_mut().map(|ws| &mut ws.deflate) {
+            Some(Deflate::On { params, compressor }) => {
+                let c = compressor.get_or_insert_with(|| Box::new(Compressor::new(params)));
+                let mut out = Vec::with_capacity(data.len() / 2 + 16);
+                c.compress(data, &mut out);
+                Some(out)
+            }
+            _ => None,
+        };
+        let (data, rsv1) = match &compressed {
+            Some(c) => (&c[..], true),
+            None => (data, false),
+        };
         if data.len() <= SMALL_BODY_COPY {
-            queue_frame(&mut st.out, op, data);
+            queue_data_frame(&mut st.out, op, rsv1, data);
             flush_now(st, fx, fd);
         } else {
             let mut head = [0u8; MAX_HEAD_LEN];
-            let n = encode_head(op, true, data.len(), &mut head);
+            let n = frame_head(op, rsv1, data.len(), &mut head);
             st.out.push(&head[..n]);
             let Ok(written) = st.out.flush_with(fd, data) else {
                 st.out.clear();
