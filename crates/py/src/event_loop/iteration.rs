@@ -2,7 +2,8 @@
 //! 1. timeout = 0 if ready work, Rust tasks taken in by a `call_soon`, or stop pending, else
 //!    until the earliest timer, else forever;
 //! 2. wait for I/O (GIL released only when the timeout is not zero);
-//! 3. queue the reader/writer handles of ready fds, then everything injected from other threads;
+//! 3. queue the reader/writer handles of ready fds, then everything injected from other threads
+//!    (injected Rust tasks run here, as a batch of their own: see step 6);
 //! 4. move due timers (deadline < now + clock resolution) to the ready queue;
 //! 5. run exactly the handles that were ready when step 5 began; later ones wait a turn;
 //! 6. write what the batch held back (`defer_flush`: responses and transport writes leave
@@ -270,11 +271,23 @@ impl LoopCore {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        // The Rust tasks are a batch of their own: responses they send (a WSGI app's, handed
+        // over from its pool thread) are written together when they are all done.
+        this.state.borrow(py)?.in_batch = true;
+        let mut result = Ok(());
         for task in tasks {
             if let Err(e) = task(py) {
-                crate::handle::report_failure(slf.as_any(), &slf.clone().into_any().unbind(), e)?;
+                let loop_ = slf.clone().into_any().unbind();
+                if let Err(e) = crate::handle::report_failure(slf.as_any(), &loop_, e) {
+                    result = Err(e);
+                    break;
+                }
             }
         }
-        Ok(())
+        Self::end_batch(slf)?;
+        result
     }
 }
