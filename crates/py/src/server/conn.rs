@@ -1005,6 +1005,19 @@ pub(super) fn flush_now(st: &mut ConnState, fx: &mut Effects, fd: RawFd) {
     }
 }
 
+/// Inside a ready batch (`batch`), holds what is queued back until the batch ends while it is
+/// within `CORK_MAX`; otherwise writes it now.
+pub(super) fn flush_or_cork(st: &mut ConnState, fx: &mut Effects, fd: RawFd, batch: bool) {
+    if batch && st.out.pending() <= CORK_MAX {
+        if !st.corked {
+            st.corked = true;
+            fx.cork = true;
+        }
+    } else {
+        flush_now(st, fx, fd);
+    }
+}
+
 /// Closes an idle connection once the last response is written: at once if it is (or the
 /// queue cannot be written), else through `Closing`. The response may still be queued: held
 /// back until the batch ends (`CORK_MAX`), or waiting for a slow reader.

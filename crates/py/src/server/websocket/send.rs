@@ -16,7 +16,7 @@ use super::{
     ClientDisconnected, Deflate, WsSession, WsState, CLOSE_TIMEOUT,
 };
 use crate::server::conn::{
-    flush_now, Conn, ConnState, Effects, Phase, SMALL_BODY_COPY, WRITE_HIGH,
+    flush_now, flush_or_cork, Conn, ConnState, Effects, Phase, SMALL_BODY_COPY, WRITE_HIGH,
 };
 use crate::server::respond::{flag, header_list, header_pairs, start_message, with_bytes, Body};
 use crate::server::HttpServer;
@@ -77,7 +77,8 @@ impl Conn {
                             "Unexpected ASGI message '{typ}', after sending 'websocket.close'."
                         )));
                     }
-                    let wait = Self::ws_send_open(py, &mut st, &mut fx, fd, typ, message)?;
+                    let batch = server.loop_core().get().batch_running(py);
+                    let wait = Self::ws_send_open(py, &mut st, &mut fx, fd, typ, message, batch)?;
                     Self::ws_flow(server, &mut st, &mut fx);
                     wait
                 }
@@ -215,6 +216,7 @@ impl Conn {
         fd: std::os::fd::RawFd,
         typ: &str,
         message: &Bound<'_, PyDict>,
+        batch: bool,
     ) -> PyResult<bool> {
         match typ {
             "websocket.send" => {
@@ -226,7 +228,7 @@ impl Conn {
                     .filter(|t| !t.is_none());
                 match (bytes, text) {
                     (Some(b), _) => with_bytes(&b, "bytes", |data| {
-                        Ok(Self::ws_write(st, fx, fd, Opcode::Binary, data))
+                        Ok(Self::ws_write(st, fx, fd, Opcode::Binary, data, batch))
                     }),
                     (None, Some(t)) => {
                         let t = t
@@ -238,6 +240,7 @@ impl Conn {
                             fd,
                             Opcode::Text,
                             t.to_str()?.as_bytes(),
+                            batch,
                         ))
                     }
                     (None, None) => Err(PyTypeError::new_err(
@@ -280,14 +283,17 @@ impl Conn {
         }
     }
 
-    /// Writes a data frame: small ones copied behind what is queued, large payloads straight
-    /// from the app's buffer when the socket takes them (only the rest is copied).
+    /// Writes a data frame: small ones copied behind what is queued (and, inside a ready
+    /// `batch`, written when it ends, with the batch's other output: `flush_or_cork`), large
+    /// payloads straight from the app's buffer when the socket takes them (only the rest is
+    /// copied).
     fn ws_write(
         st: &mut ConnState,
         fx: &mut Effects,
         fd: std::os::fd::RawFd,
         op: Opcode,
         data: &[u8],
+        batch: bool,
     ) -> bool {
         // With permessage-deflate in force every data message is compressed, as the websockets
         // library under uvicorn does.
@@ -306,7 +312,7 @@ impl Conn {
         };
         if data.len() <= SMALL_BODY_COPY {
             queue_data_frame(&mut st.out, op, rsv1, data);
-            flush_now(st, fx, fd);
+            flush_or_cork(st, fx, fd, batch);
         } else {
             let mut head = [0u8; MAX_HEAD_LEN];
             let n = frame_head(op, rsv1, data.len(), &mut head);
