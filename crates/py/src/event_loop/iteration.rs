@@ -6,8 +6,9 @@
 //!    (injected Rust tasks run here, as a batch of their own: see step 6);
 //! 4. move due timers (deadline < now + clock resolution) to the ready queue;
 //! 5. run exactly the handles that were ready when step 5 began; later ones wait a turn;
-//! 6. write what the batch held back (`defer_flush`: responses and transport writes leave
-//!    together at the end of the batch, as uvloop writes streams in its check phase).
+//! 6. write what the batch held back (`defer_flush`: the HTTP server's responses and small
+//!    WebSocket frames leave together at the end of the batch, as uvloop writes streams in its
+//!    check phase; asyncio transports still write at once).
 //!
 //! Invariants: no borrow of the loop state is held across the poll (GIL released) or across a
 //! call into Python (a callback, a Rust task); nothing is held back (`deferred`) once

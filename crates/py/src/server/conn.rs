@@ -280,8 +280,13 @@ impl Conn {
                 Self::register(slf, true, on)?;
             }
             if fx.cork {
+                // Written now if the loop cannot hold it (no batch running, or its state busy):
+                // `corked` must never stay set without a flush to come.
                 let core = server.loop_core().get();
-                if !core.defer_flush(py, slf.as_any(), Self::flush_deferred)? {
+                let deferred = core
+                    .defer_flush(py, slf.as_any(), Self::flush_deferred)
+                    .unwrap_or(false);
+                if !deferred {
                     Self::flush_deferred(slf.as_any())?;
                 }
             }
