@@ -39,8 +39,9 @@ const MAX_CONTROL_PAYLOAD: u8 = 125;
 /// Longest close reason: the control payload less the 2-byte code (RFC 6455 §5.5.1).
 const MAX_CLOSE_REASON: usize = MAX_CONTROL_PAYLOAD as usize - 2;
 
-/// Byte 0's RSV1 bit: a compressed message's first frame when permessage-deflate is on.
-const RSV1: u8 = 0x40;
+/// Byte 0's RSV1 bit: a compressed message's first frame when permessage-deflate is on (the
+/// server sets it on the header [`encode_head`] wrote for a compressed message).
+pub const RSV1: u8 = 0x40;
 /// Byte 0's RSV2 and RSV3 bits, which no supported extension uses.
 const RSV2_RSV3: u8 = 0x30;
 

@@ -58,5 +58,7 @@ mod sha1;
 mod random_tests;
 
 pub use deflate::{Compressor, DeflateParams};
-pub use frame::{close_payload, encode_head, Decoder, Event, Opcode, ProtocolError, MAX_HEAD_LEN};
+pub use frame::{
+    close_payload, encode_head, Decoder, Event, Opcode, ProtocolError, MAX_HEAD_LEN, RSV1,
+};
 pub use handshake::{accept_key, check_key, check_version, has_token, HandshakeError};

@@ -1014,12 +1014,18 @@ pub(super) fn flush_now(st: &mut ConnState, fx: &mut Effects, fd: RawFd) {
 /// within `CORK_MAX`; otherwise writes it now.
 pub(super) fn flush_or_cork(st: &mut ConnState, fx: &mut Effects, fd: RawFd, batch: bool) {
     if batch && st.out.pending() <= CORK_MAX {
-        if !st.corked {
-            st.corked = true;
-            fx.cork = true;
-        }
+        hold_back(st, fx);
     } else {
         flush_now(st, fx, fd);
+    }
+}
+
+/// Leaves what is queued for the end of the ready batch: the loop is asked once (`fx.cork`,
+/// carried out by `apply`) to call `flush_deferred` then.
+pub(super) fn hold_back(st: &mut ConnState, fx: &mut Effects) {
+    if !st.corked {
+        st.corked = true;
+        fx.cork = true;
     }
 }
 

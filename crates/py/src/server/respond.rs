@@ -16,8 +16,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use super::conn::{
-    flush_now, ready_none, start_closing, Conn, ConnState, Effects, Phase, Request, Response,
-    COPY_MAX, CORK_MAX, SMALL_BODY_COPY, WRITE_HIGH,
+    flush_now, hold_back, ready_none, start_closing, Conn, ConnState, Effects, Phase, Request,
+    Response, COPY_MAX, CORK_MAX, SMALL_BODY_COPY, WRITE_HIGH,
 };
 use super::scope;
 use super::HttpServer;
@@ -226,10 +226,7 @@ impl Conn {
         if cork {
             st.out.push(extra);
             st.out.push(after);
-            if !st.corked {
-                st.corked = true;
-                fx.cork = true;
-            }
+            hold_back(st, fx);
         } else {
             // Try the socket now: the head, queued bytes and `extra` in one vectored write.
             if extra.is_empty() {

@@ -38,7 +38,7 @@ use std::collections::VecDeque;
 use ferroloop_core::http::{error_response, Head, HttpError, Version};
 use ferroloop_core::ws::{
     self, close_payload, encode_head, Compressor, Decoder, DeflateParams, Event, Opcode,
-    MAX_HEAD_LEN,
+    MAX_HEAD_LEN, RSV1,
 };
 use ferroloop_core::OutQueue;
 use pyo3::create_exception;
@@ -119,7 +119,7 @@ enum Deflate {
     /// not pay for.
     On {
         params: DeflateParams,
-        compressor: Option<Box<Compressor>>,
+        compressor: Option<Compressor>,
     },
 }
 
@@ -290,7 +290,7 @@ fn queue_data_frame(out: &mut OutQueue, op: Opcode, compressed: bool, payload: &
 fn frame_head(op: Opcode, compressed: bool, len: usize, head: &mut [u8; MAX_HEAD_LEN]) -> usize {
     let n = encode_head(op, true, len, head);
     if compressed {
-        head[0] |= 0x40;
+        head[0] |= RSV1;
     }
     n
 }

@@ -299,7 +299,7 @@ impl Conn {
         // library under uvicorn does.
         let compressed = match st.ws_mut().map(|ws| &mut ws.deflate) {
             Some(Deflate::On { params, compressor }) => {
-                let c = compressor.get_or_insert_with(|| Box::new(Compressor::new(params)));
+                let c = compressor.get_or_insert_with(|| Compressor::new(params));
                 let mut out = Vec::with_capacity(data.len() / 2 + 16);
                 c.compress(data, &mut out);
                 Some(out)
