@@ -35,6 +35,7 @@ __all__ = [
     "_install_task_registry",
     "_install_transport_methods",
     "_prepare_exit",
+    "check_tls",
 ]
 DEBUG_BUILD: bool
 HANDLE_POOL: bool
@@ -228,6 +229,14 @@ class LoopCore:
 class ClientDisconnected(OSError):
     """Raised by a WebSocket's ``send()`` after the client closed or the connection ended."""
 
+def check_tls(
+    tls_cert: bytes,
+    tls_key: bytes,
+    tls_client_ca: bytes | None = None,
+    tls_client_auth: int = 0,
+    tls_versions: list[str] | None = None,
+) -> None: ...
+
 @final
 class HttpServer:
     """The native HTTP/1.1 server of one listening socket, on one ferroloop loop."""
@@ -263,6 +272,11 @@ class HttpServer:
         ws_ping_interval: float | None = ...,
         ws_ping_timeout: float | None = ...,
         ws_per_message_deflate: bool = True,
+        tls_cert: bytes | None = None,
+        tls_key: bytes | None = None,
+        tls_client_ca: bytes | None = None,
+        tls_client_auth: int = 0,
+        tls_versions: list[str] | None = None,
     ) -> HttpServer: ...
     def start(self) -> None: ...
     def close(self) -> None: ...

@@ -31,7 +31,7 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.workers.base import Worker
 
 from ._runner import run as run_on_ferroloop
-from .server.config import Config
+from .server.config import SSL_PROTOCOL_VERSION, Config
 from .server.server import Server
 
 __all__ = ["FerroloopWorker"]
@@ -66,8 +66,25 @@ class FerroloopWorker(Worker):
             "timeout_notify": max(self.timeout / 2, 0.5),
             "callback_notify": self.callback_notify,
         }
+        if self.cfg.is_ssl:
+            # gunicorn's TLS settings, as uvicorn's worker maps them.
+            ssl_options = self.cfg.ssl_options
+            options.update(
+                ssl_keyfile=ssl_options.get("keyfile"),
+                ssl_certfile=ssl_options.get("certfile"),
+                ssl_version=int(ssl_options.get("ssl_version") or SSL_PROTOCOL_VERSION),
+                ssl_cert_reqs=int(ssl_options.get("cert_reqs") or 0),
+                ssl_ca_certs=ssl_options.get("ca_certs"),
+                ssl_ciphers=ssl_options.get("ciphers") or "TLSv1",
+            )
         options.update(self.CONFIG_KWARGS)
-        self.config = Config(**options)
+        # A setting the server cannot honour (say an OpenSSL cipher list) is a boot error,
+        # reported by run() so that gunicorn's master sees the worker's boot-error status.
+        self.config_error: ValueError | None = None
+        try:
+            self.config = Config(**options)
+        except ValueError as exc:
+            self.config_error = exc
         self.server: Server | None = None
 
     def init_signals(self) -> None:
@@ -80,10 +97,8 @@ class FerroloopWorker(Worker):
         signal.siginterrupt(signal.SIGUSR1, False)
 
     def run(self) -> None:
-        if self.cfg.is_ssl:
-            self.log.error(
-                "ferroloop's server has no TLS yet: remove gunicorn's --certfile/--keyfile"
-            )
+        if self.config_error is not None:
+            self.log.error("ferroloop cannot run with these settings: %s", self.config_error)
             sys.exit(Arbiter.WORKER_BOOT_ERROR)
         self.config.app = self.wsgi
         self.server = Server(self.config)

@@ -10,10 +10,12 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -189,16 +191,58 @@ def test_sigterm_lets_an_in_flight_request_finish(gunicorn, tmp_path):
     assert g.proc.wait(timeout=20) == 0
 
 
-def test_gunicorns_tls_settings_are_refused_with_a_clear_error(tmp_path):
+def _tls_files(tmp_path: Path) -> tuple[Any, Path, Path]:
     trustme = pytest.importorskip("trustme")
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
     certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
     cert.cert_chain_pems[0].write_to_path(str(certfile))
     cert.private_key_pem.write_to_path(str(keyfile))
+    return ca, certfile, keyfile
+
+
+def test_gunicorns_tls_settings_serve_https(tmp_path):
+    ca, certfile, keyfile = _tls_files(tmp_path)
+    port = _free_port()
+    command = _command(tmp_path, port, "--certfile", str(certfile), "--keyfile", str(keyfile))
+    log = tmp_path / "gunicorn.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            connection = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
+            try:
+                connection.request("GET", "/hello")
+                response = connection.getresponse()
+                body = response.read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"gunicorn did not serve https:\n{log.read_text()}")
+                time.sleep(0.1)
+            finally:
+                connection.close()
+        assert (response.status, body) == (200, b"hello, world")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+
+
+def test_a_tls_setting_the_server_cannot_honour_is_a_boot_error(tmp_path):
+    _, certfile, keyfile = _tls_files(tmp_path)
     command = _command(
-        tmp_path, _free_port(), "--certfile", str(certfile), "--keyfile", str(keyfile)
+        tmp_path,
+        _free_port(),
+        "--certfile",
+        str(certfile),
+        "--keyfile",
+        str(keyfile),
+        "--ciphers",
+        "ECDHE+AESGCM",
     )
     result = subprocess.run(command, capture_output=True, text=True, timeout=30, env=os.environ)
     assert result.returncode != 0
-    assert "ferroloop's server has no TLS yet" in result.stdout + result.stderr
+    assert "ssl_ciphers='ECDHE+AESGCM' is not supported" in result.stdout + result.stderr

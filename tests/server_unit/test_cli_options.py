@@ -82,6 +82,13 @@ def test_every_option():
         "--ws-ping-timeout", "0",
         "--no-ws-per-message-deflate",
         "--wsgi-threads", "3",
+        "--ssl-keyfile", "k.pem",
+        "--ssl-certfile", "c.pem",
+        "--ssl-keyfile-password", "secret",
+        "--ssl-version", "5",
+        "--ssl-cert-reqs", "2",
+        "--ssl-ca-certs", "ca.pem",
+        "--ssl-ciphers", "TLSv1",
     ]  # fmt: skip
     options = parse_args(argv)
     assert options == {
@@ -136,6 +143,13 @@ def test_every_option():
         "ws_ping_timeout": 0.0,
         "ws_per_message_deflate": False,
         "wsgi_threads": 3,
+        "ssl_keyfile": "k.pem",
+        "ssl_certfile": "c.pem",
+        "ssl_keyfile_password": "secret",
+        "ssl_version": 5,
+        "ssl_cert_reqs": 2,
+        "ssl_ca_certs": "ca.pem",
+        "ssl_ciphers": "TLSv1",
     }
 
 
@@ -252,3 +266,69 @@ def test_workers_need_an_import_string():
         pass
 
     assert run_config(Config(app, workers=2, log_config=None)) == STARTUP_FAILURE
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"ssl_keyfile": "k.pem"}, "ssl_keyfile needs ssl_certfile"),
+        ({"ssl_certfile": "c.pem", "ssl_version": 3}, "ssl_version 3 is not supported"),
+        ({"ssl_certfile": "c.pem", "ssl_cert_reqs": 7}, "ssl_cert_reqs must be 0"),
+        ({"ssl_certfile": "c.pem", "ssl_cert_reqs": 2}, "give ssl_ca_certs too"),
+        ({"ssl_certfile": "c.pem", "ssl_ciphers": "ECDHE+AESGCM"}, "is not supported"),
+    ],
+)
+def test_tls_options_the_server_cannot_honour_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        Config("m:a", **options)
+
+
+def test_tls_settings_reach_the_native_server_as_pem_bytes(tmp_path):
+    trustme = pytest.importorskip("trustme")
+    cert = trustme.CA().issue_cert("127.0.0.1")
+    certfile, keyfile = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.cert_chain_pems[0].write_to_path(str(certfile))
+    cert.private_key_pem.write_to_path(str(keyfile))
+    config = Config("m:a", ssl_certfile=str(certfile), ssl_keyfile=str(keyfile), ssl_version=5)
+    assert config.is_ssl
+    config.load_tls()
+    options = config.http_server_options()
+    assert options["scheme"] == "https"
+    assert options["tls_cert"] == certfile.read_bytes()
+    assert options["tls_key"] == keyfile.read_bytes()
+    assert options["tls_client_ca"] is None
+    assert options["tls_versions"] == ["1.2"]
+    assert options["tls_client_auth"] == 0
+    plain = Config("m:a").http_server_options()
+    assert plain["scheme"] == "http" and "tls_cert" not in plain
+
+
+def test_an_encrypted_key_is_decrypted_with_its_password(tmp_path):
+    trustme = pytest.importorskip("trustme")
+    serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")
+    cert = trustme.CA().issue_cert("127.0.0.1")
+    key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None)
+    encrypted = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"s3cret"),
+    )
+    certfile, keyfile = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.cert_chain_pems[0].write_to_path(str(certfile))
+    keyfile.write_bytes(encrypted)
+    config = Config(
+        "m:a", ssl_certfile=str(certfile), ssl_keyfile=str(keyfile), ssl_keyfile_password="s3cret"
+    )
+    config.load_tls()
+    assert config.tls_material is not None
+    plain_key = config.tls_material["tls_key"]
+    assert b"ENCRYPTED" not in plain_key
+    assert serialization.load_pem_private_key(plain_key, None).public_key().public_numbers() == (
+        key.public_key().public_numbers()
+    )
+    wrong = Config(
+        "m:a", ssl_certfile=str(certfile), ssl_keyfile=str(keyfile), ssl_keyfile_password="nope"
+    )
+    with pytest.raises(SystemExit) as exited:
+        wrong.load_tls()
+    assert exited.value.code == 3

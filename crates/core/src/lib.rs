@@ -27,6 +27,7 @@ pub mod sys;
 #[cfg(test)]
 mod test_rng;
 pub mod timers;
+pub mod tls;
 pub mod waker;
 pub mod ws;
 

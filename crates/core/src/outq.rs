@@ -311,6 +311,87 @@ impl OutQueue {
         }
     }
 
+    /// Hands up to `max` queued bytes, front first, to `sink` instead of a socket (a TLS
+    /// session encrypts them): buffers are passed as they are, file ranges read with `pread`
+    /// into `scratch`. `sink` returns how many of the bytes it took; those leave the queue, and
+    /// a sink that takes fewer than it was given ends the call. Returns the bytes taken.
+    pub fn drain_to(
+        &mut self,
+        max: usize,
+        scratch: &mut Vec<u8>,
+        sink: &mut dyn FnMut(&[u8]) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let mut taken = 0;
+        while taken < max {
+            let Some(seg) = self.segs.front_mut() else {
+                break;
+            };
+            let room = max - taken;
+            let (given, took) = match seg {
+                Segment::Bytes { buf, pos } => {
+                    let data = &buf[*pos..];
+                    if data.is_empty() {
+                        self.consume(0);
+                        continue;
+                    }
+                    let data = &data[..data.len().min(room)];
+                    (data.len(), sink(data)?)
+                }
+                Segment::File {
+                    file,
+                    offset,
+                    remaining,
+                } => {
+                    let want = (*remaining).min(room as u64) as usize;
+                    scratch.clear();
+                    scratch.reserve(want);
+                    // SAFETY: `pread` writes at most `want` bytes into the spare capacity just
+                    // reserved; the length is set to what it wrote below.
+                    let r = cvt(unsafe {
+                        libc::pread(
+                            file.as_raw_fd(),
+                            scratch.as_mut_ptr().cast(),
+                            want,
+                            *offset as libc::off_t,
+                        )
+                    });
+                    let n = match r {
+                        Ok(0) => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                "file shrank while being sent",
+                            ))
+                        }
+                        Ok(n) => n as usize,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e),
+                    };
+                    // SAFETY: the kernel initialized `n` bytes of the reserved capacity.
+                    unsafe { scratch.set_len(n) };
+                    let took = sink(scratch)?;
+                    let took64 = took as u64;
+                    *offset += took64;
+                    *remaining -= took64;
+                    self.pending -= took;
+                    if *remaining == 0 {
+                        self.segs.pop_front();
+                    }
+                    taken += took;
+                    if took < n {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            self.consume(took);
+            taken += took;
+            if took < given {
+                break;
+            }
+        }
+        Ok(taken)
+    }
+
     /// Forgets everything queued (the connection is gone).
     pub fn clear(&mut self) {
         self.segs.clear();
@@ -443,14 +524,18 @@ mod tests {
         assert_eq!(&got[big.len()..], b"tail");
     }
 
-    #[test]
-    fn file_ranges_are_sent_in_order_with_bytes() {
-        let path = std::env::temp_dir().join(format!("outq-{}", std::process::id()));
-        std::fs::write(&path, b"0123456789").unwrap();
+    /// An open, already unlinked file holding `contents`.
+    fn temp_file(name: &str, contents: &[u8]) -> OwnedFd {
+        let path = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        std::fs::write(&path, contents).unwrap();
         let f = std::fs::File::open(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
-        // SAFETY: `into_raw_fd` hands us sole ownership of the fd.
-        let owned = unsafe { OwnedFd::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(f)) };
+        OwnedFd::from(f)
+    }
+
+    #[test]
+    fn file_ranges_are_sent_in_order_with_bytes() {
+        let owned = temp_file("outq", b"0123456789");
         let (a, mut b) = pair();
         let mut q = OutQueue::new();
         q.push(b"<");
@@ -462,6 +547,49 @@ mod tests {
         let mut got = Vec::new();
         b.read_to_end(&mut got).unwrap();
         assert_eq!(got, b"<23456>");
+    }
+
+    #[test]
+    fn drain_to_hands_bytes_and_file_ranges_in_order_within_max() {
+        let owned = temp_file("outq-drain", b"0123456789");
+        let mut q = OutQueue::new();
+        q.push(b"<ab");
+        q.push_file(owned, 2, 5);
+        q.push(b">");
+        let mut scratch = Vec::new();
+        let mut got = Vec::new();
+        let mut sink = |b: &[u8]| {
+            got.extend_from_slice(b);
+            Ok(b.len())
+        };
+        // `max` splits the file range: 3 buffered bytes and 2 of the file.
+        assert_eq!(q.drain_to(5, &mut scratch, &mut sink).unwrap(), 5);
+        assert_eq!(q.pending(), 4);
+        assert_eq!(q.drain_to(100, &mut scratch, &mut sink).unwrap(), 4);
+        assert!(q.is_empty());
+        assert_eq!(got, b"<ab23456>");
+    }
+
+    #[test]
+    fn drain_to_stops_where_the_sink_stops_and_keeps_the_rest() {
+        let mut q = OutQueue::new();
+        q.push(b"hello world");
+        let mut scratch = Vec::new();
+        let mut got = Vec::new();
+        let took = q
+            .drain_to(100, &mut scratch, &mut |b: &[u8]| {
+                got.extend_from_slice(&b[..4]);
+                Ok(4)
+            })
+            .unwrap();
+        assert_eq!((took, &got[..]), (4, &b"hell"[..]));
+        assert_eq!(q.pending(), 7);
+        let (a, mut b) = pair();
+        assert_eq!(q.flush(a.as_raw_fd()).unwrap(), Flushed::Done);
+        drop(a);
+        let mut rest = Vec::new();
+        b.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, b"o world");
     }
 
     /// A pipe whose write end is non-blocking (the reader thread blocks).

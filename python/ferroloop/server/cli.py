@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .config import DEFAULT_FORWARDED_ALLOW_IPS, Config
+from .config import DEFAULT_FORWARDED_ALLOW_IPS, SSL_PROTOCOL_VERSION, Config
 from .logging_config import LOG_LEVELS, LOGGING_CONFIG
 from .serve import run_config
 
@@ -232,6 +232,24 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="never compress WebSocket messages",
     )
+    add("--ssl-keyfile", default=None, help="TLS: the private key file (PEM)")
+    add("--ssl-certfile", default=None, help="TLS: the certificate chain file (PEM); enables https")
+    add("--ssl-keyfile-password", default=None, help="TLS: the password of an encrypted key")
+    add(
+        "--ssl-version",
+        type=int,
+        default=SSL_PROTOCOL_VERSION,
+        help="TLS: an ssl.PROTOCOL_* value; the default negotiates TLS 1.2 or 1.3, "
+        "5 (PROTOCOL_TLSv1_2) allows TLS 1.2 only",
+    )
+    add(
+        "--ssl-cert-reqs",
+        type=int,
+        default=0,
+        help="TLS client certificates: 0 none, 1 optional, 2 required (ssl.CERT_* values)",
+    )
+    add("--ssl-ca-certs", default=None, help="TLS: CA file (PEM) that client certificates chain to")
+    add("--ssl-ciphers", default="TLSv1", help="TLS: only the default is accepted (see docs)")
     for name in ("--loop", "--http"):
         add(name, default=None, help="uvicorn option, accepted and ignored")
     add("--version", action="store_true", help="print the version and exit")

@@ -16,6 +16,7 @@ import logging
 import os
 import random
 import re
+import ssl
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -42,6 +43,9 @@ STARTUP_FAILURE = 3
 InterfaceType = Literal["auto", "asgi3", "asgi2", "wsgi"]
 
 DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
+SSL_PROTOCOL_VERSION = int(ssl.PROTOCOL_TLS_SERVER)
+"""uvicorn's default ``ssl_version``."""
+
 DEFAULT_RELOAD_INCLUDES = ["*.py"]
 DEFAULT_RELOAD_EXCLUDES = [".*", ".py[cod]", ".sw.*", "~*", "__pycache__"]
 
@@ -110,6 +114,13 @@ class Config:
         limit_body: int | None = None,
         app_task: Literal["native", "asyncio"] = "native",
         *,
+        ssl_keyfile: str | os.PathLike[str] | None = None,
+        ssl_certfile: str | os.PathLike[str] | None = None,
+        ssl_keyfile_password: str | None = None,
+        ssl_version: int = SSL_PROTOCOL_VERSION,
+        ssl_cert_reqs: int = ssl.CERT_NONE,
+        ssl_ca_certs: str | os.PathLike[str] | None = None,
+        ssl_ciphers: str = "TLSv1",
         timeout_worker_healthcheck: float = 5,
         timeout_notify: float = 30,
         callback_notify: Callable[[], Awaitable[None]] | None = None,
@@ -186,6 +197,16 @@ class Config:
         self.ws_ping_timeout = ws_ping_timeout or None
         # permessage-deflate (RFC 7692) is negotiated when the client offers it, as uvicorn does.
         self.ws_per_message_deflate = ws_per_message_deflate
+
+        self.ssl_keyfile = ssl_keyfile
+        self.ssl_certfile = ssl_certfile
+        self.ssl_keyfile_password = ssl_keyfile_password
+        self.ssl_version = ssl_version
+        self.ssl_cert_reqs = ssl_cert_reqs
+        self.ssl_ca_certs = ssl_ca_certs
+        self.ssl_ciphers = ssl_ciphers
+        # The PEM bytes the native server takes, read by load() (in the process that serves).
+        self.tls_material: dict[str, Any] | None = None
 
         self.loaded = False
         self.loaded_app: Any = None
@@ -268,8 +289,59 @@ class Config:
         _positive("ws_max_queue", self.ws_max_queue)
         _positive("ws_ping_interval", self.ws_ping_interval)
         _positive("ws_ping_timeout", self.ws_ping_timeout)
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_keyfile needs ssl_certfile (the certificate it belongs to)")
+        if self.ssl_version not in _TLS_VERSIONS:
+            raise ValueError(
+                f"ssl_version {self.ssl_version!r} is not supported: ferroloop's TLS (rustls) "
+                f"speaks TLS 1.2 and 1.3; use ssl.PROTOCOL_TLS_SERVER ({SSL_PROTOCOL_VERSION}, "
+                f"the default) or ssl.PROTOCOL_TLSv1_2 ({int(ssl.PROTOCOL_TLSv1_2)}, TLS 1.2 only)"
+            )
+        if self.ssl_cert_reqs not in (ssl.CERT_NONE, ssl.CERT_OPTIONAL, ssl.CERT_REQUIRED):
+            raise ValueError(
+                f"ssl_cert_reqs must be 0 (CERT_NONE), 1 (CERT_OPTIONAL) or 2 (CERT_REQUIRED), "
+                f"not {self.ssl_cert_reqs!r}"
+            )
+        if self.ssl_cert_reqs != ssl.CERT_NONE and self.ssl_ca_certs is None:
+            raise ValueError("ssl_cert_reqs asks for client certificates: give ssl_ca_certs too")
+        if self.ssl_ciphers not in _DEFAULT_CIPHERS:
+            raise ValueError(
+                f"ssl_ciphers={self.ssl_ciphers!r} is not supported: it is an OpenSSL cipher "
+                "list, and ferroloop's TLS (rustls) has its own suites (TLS 1.3 AES-GCM and "
+                "ChaCha20-Poly1305, TLS 1.2 ECDHE with the same); leave it at 'TLSv1'"
+            )
         if self.callback_notify is not None and not callable(self.callback_notify):
             raise ValueError(f"callback_notify must be callable, not {self.callback_notify!r}")
+
+    @property
+    def is_ssl(self) -> bool:
+        return self.ssl_certfile is not None
+
+    def load_tls(self) -> None:
+        """Reads the certificate, key and CA files for the native server (``tls_material``);
+        an unreadable file or a wrong key password logs why and exits 3, as a bad app does."""
+        if not self.is_ssl or self.tls_material is not None:
+            return
+        from .._native import check_tls
+
+        try:
+            material = read_tls_material(
+                self.ssl_certfile,
+                self.ssl_keyfile,
+                self.ssl_keyfile_password,
+                self.ssl_ca_certs,
+            )
+            material.update(
+                tls_client_auth=int(self.ssl_cert_reqs),
+                tls_versions=_TLS_VERSIONS[self.ssl_version],
+            )
+            # The native server's own checks (PEM, key type, the key matching the certificate),
+            # now rather than once the app has started.
+            check_tls(**material)
+        except (OSError, ValueError) as exc:
+            logger.error("Error loading the TLS certificate or key. %s", exc)
+            sys.exit(STARTUP_FAILURE)
+        self.tls_material = material
 
     @property
     def limit_max_requests_jitter(self) -> int:
@@ -304,6 +376,7 @@ class Config:
         """Imports the app, calls the factory, wraps ASGI 2 and the proxy-headers middleware."""
         if self.loaded:
             return
+        self.load_tls()
         app = self.load_app()
         if self.factory:
             try:
@@ -358,7 +431,7 @@ class Config:
         """The keyword arguments of the native ``HttpServer`` that come from the options."""
         return {
             "root_path": self.root_path,
-            "scheme": "http",
+            "scheme": "https" if self.is_ssl else "http",
             "limit_concurrency": self.limit_concurrency,
             "timeout_keep_alive": float(self.timeout_keep_alive),
             "timeout_header": float(self.timeout_header),
@@ -380,7 +453,61 @@ class Config:
             "ws_ping_interval": self.ws_ping_interval,
             "ws_ping_timeout": self.ws_ping_timeout,
             "ws_per_message_deflate": self.ws_per_message_deflate,
+            **(self.tls_material or {}),
         }
+
+
+# ssl_version (an ssl.PROTOCOL_* value) -> the TLS versions rustls enables.
+_TLS_VERSIONS = {
+    int(ssl.PROTOCOL_TLS_SERVER): ["1.2", "1.3"],
+    int(ssl.PROTOCOL_TLS): ["1.2", "1.3"],
+    int(ssl.PROTOCOL_TLSv1_2): ["1.2"],
+}
+# uvicorn's default cipher list ("all TLS 1.0+ suites" to OpenSSL), which is all rustls has.
+_DEFAULT_CIPHERS = ("TLSv1", "", None)
+
+
+def read_tls_material(
+    certfile: str | os.PathLike[str] | None,
+    keyfile: str | os.PathLike[str] | None,
+    password: str | None,
+    ca_certs: str | os.PathLike[str] | None,
+) -> dict[str, Any]:
+    """The PEM bytes of the certificate chain, its key (from ``certfile`` when there is no
+    ``keyfile``, as ``ssl.SSLContext.load_cert_chain`` takes it) and the client CA file. An
+    encrypted key is decrypted here with ``password`` (this needs the ``cryptography``
+    package); the native side takes unencrypted PEM only."""
+    assert certfile is not None
+    cert = Path(certfile).read_bytes()
+    key = Path(keyfile).read_bytes() if keyfile is not None else cert
+    if b"ENCRYPTED" in key:
+        key = _decrypt_key(key, password)
+    elif password is not None:
+        logger.warning("ssl_keyfile_password is given but the key is not encrypted; ignored.")
+    ca = Path(ca_certs).read_bytes() if ca_certs is not None else None
+    return {"tls_cert": cert, "tls_key": key, "tls_client_ca": ca}
+
+
+def _decrypt_key(pem: bytes, password: str | None) -> bytes:
+    if password is None:
+        raise ValueError("the key is encrypted: give its password (--ssl-keyfile-password)")
+    try:
+        from cryptography.hazmat.primitives import serialization
+    except ImportError:
+        raise ValueError(
+            "the key is encrypted, and decrypting it needs the 'cryptography' package "
+            "(pip install cryptography), or decrypt it once with "
+            "'openssl pkey -in KEY -out PLAIN_KEY'"
+        ) from None
+    try:
+        key = serialization.load_pem_private_key(pem, password.encode())
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"cannot decrypt the key with the password given: {exc}") from None
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
 
 
 # uvicorn's --ws choices: each implementation name selects the native one here.

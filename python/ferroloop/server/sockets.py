@@ -127,7 +127,11 @@ def describe_listeners(config: Config, sockets: list[socket.socket]) -> tuple[st
     host = config.host or "0.0.0.0"
     port = config.port or sockets[0].getsockname()[1]
     address = f"[{host}]" if ":" in host else host
-    return "ferroloop running on %s://%s:%d (Press CTRL+C to quit)", ["http", address, port]
+    return "ferroloop running on %s://%s:%d (Press CTRL+C to quit)", [
+        "https" if config.is_ssl else "http",
+        address,
+        port,
+    ]
 
 
 def log_listeners(config: Config, sockets: list[socket.socket]) -> None:

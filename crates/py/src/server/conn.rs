@@ -25,7 +25,7 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use ferroloop_core::http::{
     error_response, parse_head, BodyDecoder, BodyKind, Framing, Head, HttpError, RequestInfo,
 };
-use ferroloop_core::{clock, OutQueue};
+use ferroloop_core::{clock, Flushed, OutQueue};
 use pyo3::exceptions::PyTypeError;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
@@ -36,6 +36,7 @@ use pyo3::PyTraverseError;
 
 use super::cycle::{Cycle, Ready};
 use super::scope::{self, RequestFacts};
+use super::tls::{self, TlsConn};
 use super::websocket::{self, Upgrade, WsSession};
 use super::HttpServer;
 use crate::cell::LoopCell;
@@ -133,9 +134,51 @@ pub(super) struct ConnState {
     /// The sequence number of the connection's WebSocket request, 0 if none: its cycle's
     /// `receive()`/`send()` take the WebSocket paths even after the request left `req`.
     pub(super) ws_seq: u64,
+    /// The TLS session of a connection to a TLS server (`tls.rs`): `out` then holds plaintext
+    /// and the session the ciphertext.
+    pub(super) tls: Option<Box<TlsConn>>,
 }
 
 impl ConnState {
+    /// Bytes queued for the socket and not yet written: plaintext, and ciphertext under TLS.
+    pub(super) fn out_pending(&self) -> usize {
+        self.out.pending() + self.tls.as_ref().map_or(0, |t| t.pending())
+    }
+
+    /// Nothing is left to write (TLS records rustls made on its own included).
+    pub(super) fn out_empty(&self) -> bool {
+        self.out.is_empty() && !self.tls.as_ref().is_some_and(|t| t.has_output())
+    }
+
+    /// Writes what is queued, as far as the socket takes it.
+    pub(super) fn write_out(&mut self, fd: RawFd) -> std::io::Result<Flushed> {
+        match self.tls.as_deref_mut() {
+            None => self.out.flush(fd),
+            Some(tls) => tls.flush(&mut self.out, fd),
+        }
+    }
+
+    /// Writes what is queued and then `extra` (`OutQueue::flush_with`); returns how much of
+    /// `extra` was taken. Under TLS all of it is: it is queued and sealed.
+    pub(super) fn write_out_with(&mut self, fd: RawFd, extra: &[u8]) -> std::io::Result<usize> {
+        match self.tls.as_deref_mut() {
+            None => self.out.flush_with(fd, extra),
+            Some(tls) => {
+                self.out.push(extra);
+                let _written_or_blocked = tls.flush(&mut self.out, fd)?;
+                Ok(extra.len())
+            }
+        }
+    }
+
+    /// Forgets everything queued (the connection is gone or failed).
+    pub(super) fn clear_out(&mut self) {
+        self.out.clear();
+        if let Some(tls) = self.tls.as_deref_mut() {
+            tls.clear();
+        }
+    }
+
     /// The current request's WebSocket session, if it is a WebSocket.
     pub(super) fn ws(&self) -> Option<&WsSession> {
         self.req.as_ref().and_then(|r| r.ws.as_deref())
@@ -209,6 +252,17 @@ impl Conn {
     ) -> PyResult<Py<Conn>> {
         let py = server.py();
         let deadline = clock::monotonic() + server.get().opts().timeout_header;
+        let tls = match server.get().tls_config() {
+            None => None,
+            Some(config) => match TlsConn::new(config) {
+                Ok(t) => Some(Box::new(t)),
+                Err(e) => {
+                    // SAFETY: the fd was just accepted, is ours, and is in no poller.
+                    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+                    return Err(e.into());
+                }
+            },
+        };
         let conn = Py::new(
             py,
             Conn {
@@ -231,6 +285,7 @@ impl Conn {
                     deadline,
                     header_clock: true,
                     ws_seq: 0,
+                    tls,
                 }),
             },
         )?;
@@ -352,6 +407,10 @@ impl Conn {
             if failed {
                 st.eof = true;
             }
+            // TLS: handshake flights, alerts and tickets rustls made while reading go out now.
+            if st.tls.as_ref().is_some_and(|t| t.has_output()) {
+                flush_now(&mut st, &mut fx, this.fd);
+            }
             // A socket at end of input (half-closed by the client, or reset) stays readable:
             // watching it on would wake the loop again at once, a busy loop until the
             // response is done. Nothing more can arrive.
@@ -373,7 +432,7 @@ impl Conn {
             if matches!(st.phase, Phase::Closed) {
                 return Ok(());
             }
-            match st.out.flush(this.fd) {
+            match st.write_out(this.fd) {
                 Err(_) => {
                     st.eof = true;
                     fx.close = true;
@@ -816,9 +875,9 @@ impl Conn {
                 // Held back only because a batch was running: written as it would have been
                 // at `send()` (say a part sent before the app failed), once, without waiting.
                 st.corked = false;
-                let _ = st.out.flush(this.fd);
+                let _ = st.write_out(this.fd);
             }
-            st.out.clear();
+            st.clear_out();
             st.rbuf = Vec::new();
             st.rpos = 0;
             // (future, what it gets): `Gone::Http` / `Gone::WebSocket` a disconnect message,
@@ -921,6 +980,13 @@ impl Conn {
                     Self::reject(py, server, &mut st, &mut fx, &e);
                     st.deadline = now + LINGER;
                 }
+                // Under TLS an idle connection past its deadline (keep-alive, or a head that
+                // never started) still ends with close_notify, as asyncio's transports do;
+                // one whose handshake never completed just closes.
+                Phase::Idle if st.tls.as_ref().is_some_and(|t| !t.is_handshaking()) => {
+                    close_when_written(&mut st, &mut fx);
+                    st.deadline = now + LINGER;
+                }
                 Phase::Idle | Phase::Lingering | Phase::Closing => fx.close = true,
                 Phase::Busy if st.ws().is_some() => {
                     let server = this.server.bind(py).get();
@@ -998,13 +1064,13 @@ pub(super) fn ready_none(py: Python<'_>) -> PyResult<Py<PyAny>> {
 
 /// Tries to write the queue now; registers the writer if something is left.
 pub(super) fn flush_now(st: &mut ConnState, fx: &mut Effects, fd: RawFd) {
-    if fd < 0 || st.out.is_empty() {
+    if fd < 0 || st.out_empty() {
         return;
     }
-    if st.out.flush(fd).is_err() {
-        st.out.clear();
+    if st.write_out(fd).is_err() {
+        st.clear_out();
         fx.close = true;
-    } else if !st.out.is_empty() && !st.writing {
+    } else if !st.out_empty() && !st.writing {
         st.writing = true;
         fx.writing = Some(true);
     }
@@ -1013,7 +1079,7 @@ pub(super) fn flush_now(st: &mut ConnState, fx: &mut Effects, fd: RawFd) {
 /// Inside a ready batch (`batch`), holds what is queued back until the batch ends while it is
 /// within `CORK_MAX`; otherwise writes it now.
 pub(super) fn flush_or_cork(st: &mut ConnState, fx: &mut Effects, fd: RawFd, batch: bool) {
-    if batch && st.out.pending() <= CORK_MAX {
+    if batch && st.out_pending() <= CORK_MAX {
         hold_back(st, fx);
     } else {
         flush_now(st, fx, fd);
@@ -1030,10 +1096,12 @@ pub(super) fn hold_back(st: &mut ConnState, fx: &mut Effects) {
 }
 
 /// Closes an idle connection once the last response is written: at once if it is (or the
-/// queue cannot be written), else through `Closing`. The response may still be queued: held
-/// back until the batch ends (`CORK_MAX`), or waiting for a slow reader.
+/// queue cannot be written), else (and always under TLS, for the close_notify) through
+/// `Closing`. The response may still be queued: held back until the batch ends (`CORK_MAX`),
+/// or waiting for a slow reader.
 pub(super) fn close_when_written(st: &mut ConnState, fx: &mut Effects) {
-    if st.out.is_empty() || st.fd < 0 {
+    // Under TLS the close_notify is still to be written (`start_closing`).
+    if (st.out_empty() && st.tls.is_none()) || st.fd < 0 {
         fx.close = true;
         return;
     }
@@ -1042,10 +1110,18 @@ pub(super) fn close_when_written(st: &mut ConnState, fx: &mut Effects) {
     start_closing(st, fx, fd);
 }
 
-/// `Closing`: once the queue is written, shut the write side and linger.
+/// `Closing`: once the queue is written, shut the write side and linger. Under TLS the
+/// close_notify alert is queued behind the last plaintext and written first.
 pub(super) fn start_closing(st: &mut ConnState, fx: &mut Effects, fd: RawFd) {
     flush_now(st, fx, fd);
-    if !st.out.is_empty() || fd < 0 {
+    if st.out.is_empty() && fd >= 0 {
+        if let Some(tls) = st.tls.as_deref_mut() {
+            if tls.close_notify() {
+                flush_now(st, fx, fd);
+            }
+        }
+    }
+    if !st.out_empty() || fd < 0 {
         if !st.writing {
             st.writing = true;
             fx.writing = Some(true);
@@ -1077,16 +1153,17 @@ pub(super) fn linger(st: &mut ConnState, fx: &mut Effects, fd: RawFd) {
 /// the queue to drain, and finish a close.
 pub(super) fn after_write(py: Python<'_>, st: &mut ConnState, fx: &mut Effects) {
     let fd = st.fd;
-    if st.out.pending() <= WRITE_LOW {
+    if st.out_pending() <= WRITE_LOW {
         if let Some(req) = st.req.as_mut() {
             if let Some(f) = req.drain_waiter.take() {
                 fx.resolve.push((f, py.None()));
             }
         }
     }
-    if st.out.is_empty() {
+    if st.out_empty() {
         if st.phase == Phase::Closing {
-            linger(st, fx, fd);
+            // Linger, once a TLS close_notify went out too.
+            start_closing(st, fx, fd);
             return;
         }
         if st.writing {
@@ -1099,6 +1176,9 @@ pub(super) fn after_write(py: Python<'_>, st: &mut ConnState, fx: &mut Effects) 
 /// Reads what the socket has (bounded by `READ_HIGH` buffered); returns whether the read failed
 /// (a reset); sets `eof` on an orderly close.
 fn read_available(fd: RawFd, st: &mut ConnState) -> bool {
+    if st.tls.is_some() {
+        return read_available_tls(fd, st);
+    }
     loop {
         if st.rpos > 0 && st.rpos == st.rbuf.len() {
             st.rbuf.clear();
@@ -1137,5 +1217,40 @@ fn read_available(fd: RawFd, st: &mut ConnState) -> bool {
             std::io::ErrorKind::Interrupted => continue,
             _ => true,
         };
+    }
+}
+
+/// `read_available` under TLS: ciphertext is read and decrypted into the buffer, with the same
+/// bound on what is buffered.
+fn read_available_tls(fd: RawFd, st: &mut ConnState) -> bool {
+    let ConnState {
+        tls,
+        rbuf,
+        rpos,
+        eof,
+        ..
+    } = st;
+    let tls = tls.as_deref_mut().expect("checked by the caller");
+    loop {
+        if *rpos > 0 && *rpos == rbuf.len() {
+            rbuf.clear();
+            *rpos = 0;
+        }
+        if rbuf.len() - *rpos >= READ_HIGH + READ_CHUNK {
+            return false;
+        }
+        if *rpos > 0 && rbuf.capacity() - rbuf.len() < READ_CHUNK {
+            rbuf.drain(..*rpos);
+            *rpos = 0;
+        }
+        match tls.read(fd, rbuf) {
+            tls::Read::Took(_) => {}
+            tls::Read::WouldBlock => return false,
+            tls::Read::Eof => {
+                *eof = true;
+                return false;
+            }
+            tls::Read::Failed => return true,
+        }
     }
 }

@@ -22,11 +22,14 @@ mod cycle;
 mod receive;
 mod respond;
 mod scope;
+mod tls;
+pub use tls::check_tls;
 mod websocket;
 mod wsgi;
 
 use std::io::{self, Write as _};
 use std::os::fd::RawFd;
+use std::sync::Arc;
 
 use ferroloop_core::http::{valid_field, DateCache, Limits, ServerFields};
 use ferroloop_core::IntMap;
@@ -113,6 +116,8 @@ pub struct HttpServer {
     /// (whose task may be started from inside the previous one's, as with pipelining).
     context: Py<PyAny>,
     base: ScopeBase,
+    /// `--ssl-certfile`/`--ssl-keyfile`: every connection gets a TLS session (`tls.rs`).
+    tls: Option<Arc<rustls::ServerConfig>>,
     opts: Options,
     state: LoopCell<ServerState>,
 }
@@ -143,7 +148,8 @@ impl HttpServer {
         server_header=true, date_header=true, headers=Vec::new(), reset_contextvars=false,
         access_log=None, log_error=None, plain_app=None, native_tasks=true,
         trace_connections=None, ws=true, ws_max_size=16_777_216, ws_max_queue=32,
-        ws_ping_interval=Some(20.0), ws_ping_timeout=Some(20.0), ws_per_message_deflate=true))]
+        ws_ping_interval=Some(20.0), ws_ping_timeout=Some(20.0), ws_per_message_deflate=true, tls_cert=None, tls_key=None,
+        tls_client_ca=None, tls_client_auth=0, tls_versions=None))]
     #[allow(clippy::too_many_arguments)]
     #[allow(
         clippy::fn_params_excessive_bools,
@@ -179,6 +185,11 @@ impl HttpServer {
         ws_ping_interval: Option<f64>,
         ws_ping_timeout: Option<f64>,
         ws_per_message_deflate: bool,
+        tls_cert: Option<Vec<u8>>,
+        tls_key: Option<Vec<u8>>,
+        tls_client_ca: Option<Vec<u8>>,
+        tls_client_auth: u8,
+        tls_versions: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let loop_ = r#loop.cast::<LoopCore>().map_err(|_| {
             PyTypeError::new_err("HttpServer needs a ferroloop loop (ferroloop.new_event_loop())")
@@ -210,6 +221,13 @@ impl HttpServer {
                 "ws_ping_interval and ws_ping_timeout must be positive or None",
             ));
         }
+        let tls = tls::from_options(
+            tls_cert,
+            tls_key,
+            tls_client_ca.as_deref(),
+            tls_client_auth,
+            tls_versions,
+        )?;
         let fd: RawFd = sock.call_method0(intern!(py, "fileno"))?.extract()?;
         if fd < 0 {
             return Err(PyValueError::new_err("the listening socket is closed"));
@@ -235,6 +253,7 @@ impl HttpServer {
             log_error,
             trace_connections,
             base,
+            tls,
             opts: Options {
                 limits: Limits {
                     max_head_bytes: limit_header_size,
@@ -493,6 +512,10 @@ impl HttpServer {
     /// The WSGI app's pool, if the app is a WSGI app.
     pub(crate) fn wsgi(&self) -> Option<&Py<WsgiPool>> {
         self.wsgi.as_ref()
+    }
+
+    pub(crate) fn tls_config(&self) -> Option<&Arc<rustls::ServerConfig>> {
+        self.tls.as_ref()
     }
 
     pub(crate) fn opts(&self) -> &Options {

@@ -130,7 +130,7 @@ impl Conn {
             let server = this.server.bind(py).get();
             let fut = LoopCore::create_future(server.loop_core().bind(py))?;
             let mut st = this.state.borrow(py)?;
-            let over = st.out.pending() > WRITE_HIGH;
+            let over = st.out_pending() > WRITE_HIGH;
             match st.req.as_mut() {
                 // A send made while another still waits (two tasks of an ASGI app, or a WSGI
                 // app's blocks in flight) waits for the same drain: replacing the Future would
@@ -221,7 +221,7 @@ impl Conn {
         // Inside a ready batch a small part is held back until the batch ends (`CORK_MAX`):
         // the batch's responses leave together, one `send` each.
         let cork = !file
-            && extra.len() + st.out.pending() <= CORK_MAX
+            && extra.len() + st.out_pending() <= CORK_MAX
             && (st.corked || server.loop_core().get().batch_running(py));
         if cork {
             st.out.push(extra);
@@ -233,8 +233,8 @@ impl Conn {
                 st.out.push(after);
                 after = b"";
             }
-            let Ok(n) = st.out.flush_with(fd, extra) else {
-                st.out.clear();
+            let Ok(n) = st.write_out_with(fd, extra) else {
+                st.clear_out();
                 fx.close = true;
                 return Ok(false);
             };
@@ -245,7 +245,7 @@ impl Conn {
                     flush_now(st, fx, fd);
                 }
             }
-            if !st.out.is_empty() && !st.writing {
+            if !st.out_empty() && !st.writing {
                 st.writing = true;
                 fx.writing = Some(true);
             }
@@ -267,7 +267,7 @@ impl Conn {
             Self::complete(py, server, st, fx, status, framing.keep_alive);
             return Ok(false);
         }
-        Ok(st.out.pending() > WRITE_HIGH)
+        Ok(st.out_pending() > WRITE_HIGH)
     }
 
     /// Checks that a body part may be sent now, writes the head before the first one, and

@@ -317,18 +317,18 @@ impl Conn {
             let mut head = [0u8; MAX_HEAD_LEN];
             let n = frame_head(op, rsv1, data.len(), &mut head);
             st.out.push(&head[..n]);
-            let Ok(written) = st.out.flush_with(fd, data) else {
-                st.out.clear();
+            let Ok(written) = st.write_out_with(fd, data) else {
+                st.clear_out();
                 fx.close = true;
                 return false;
             };
             st.out.push(&data[written..]);
-            if !st.out.is_empty() && !st.writing {
+            if !st.out_empty() && !st.writing {
                 st.writing = true;
                 fx.writing = Some(true);
             }
         }
-        st.out.pending() > WRITE_HIGH
+        st.out_pending() > WRITE_HIGH
     }
 
     /// The app's task ended after the 101: close with 1000 (it returned) or 1011 (it raised or
