@@ -11,7 +11,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv build run run-echo bench-http bench-wsgi bench-ws bench-workers bench-instructions test test-py312 test-py313 test-rust test-python test-cpython test-cpython-asyncio-task record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
+.PHONY: help venv build run run-echo bench-http bench-wsgi bench-tls bench-ws bench-workers bench-instructions test test-py312 test-py313 test-rust test-python test-cpython test-cpython-asyncio-task record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -93,6 +93,12 @@ bench-wsgi: build ## WSGI server benchmarks against granian, uvicorn, hypercorn,
 		{ echo "wrk not found: apt-get install -y wrk"; exit 1; }
 	$(PIP) install -q granian uvicorn httptools uvloop hypercorn gunicorn flask matplotlib
 	$(PY) benchmarks/http/wsgi.py
+
+bench-tls: build ## HTTPS (TLS) server benchmarks against granian, uvicorn, hypercorn (~13 min; benchmarks/results/tls.*)
+	@command -v wrk >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null; } || \
+		{ echo "wrk not found: apt-get install -y wrk"; exit 1; }
+	$(PIP) install -q granian uvicorn httptools uvloop hypercorn fastapi matplotlib trustme
+	$(PY) benchmarks/http/tls.py
 
 bench-ws: build ## WebSocket echo against granian, uvicorn, hypercorn (~3 min; benchmarks/results/ws.*)
 	@command -v cc >/dev/null || { echo "a C compiler is needed for benchmarks/http/ws_client.c"; exit 1; }

@@ -194,6 +194,18 @@ def _noise_line(cases: list[dict]) -> list[str]:
     return [line]
 
 
+def _tls_line(meta: dict) -> list[str]:
+    """What TLS version and cipher each server's checks negotiated (HTTPS suites only)."""
+    if "tls_negotiated" not in meta:
+        return []
+    negotiated = meta["tls_negotiated"]
+    parts = [
+        f"{name} {' / '.join(negotiated[name]) if negotiated.get(name) else 'no handshake'}"
+        for name in meta["servers"]
+    ]
+    return ["- TLS negotiated by the check's handshakes: " + "; ".join(parts)]
+
+
 def markdown(meta: dict, cases: list[dict], tables: list[dict], what: str) -> str:
     versions = []
     for name, info in meta["servers"].items():
@@ -209,6 +221,8 @@ def markdown(meta: dict, cases: list[dict], tables: list[dict], what: str) -> st
         f"- Python {meta['python']}; {meta['wrk']}",
         f"- servers: {'; '.join(versions)}",
         *[f"- missing: {name} ({why})" for name, why in meta["missing"].items()],
+        *[f"- {note}" for note in meta.get("notes", [])],
+        *_tls_line(meta),
         f"- 1 worker each, started fresh for every run; {pinning}; "
         f"`wrk -t1 -c{{N}} -d{meta['wrk_duration_s']}s --latency` after a "
         f"{meta['warmup_s']} s warm-up; {meta['repeats']} run(s) per cell, interleaved",

@@ -8,13 +8,15 @@ outermost, so machine drift spreads over every column): start the server fresh o
 until it answers the scenario's request correctly, run wrk on core 1 for a 2 s warm-up and then
 for the measured duration, check the answer again, stop the server. Results:
 benchmarks/results/http.{md,json,png}. `wsgi.py` runs the same functions with another `Suite`
-(WSGI apps and servers). See benchmarks/README.md.
+(WSGI apps and servers), `tls.py` with the same apps over HTTPS. See benchmarks/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -38,7 +40,8 @@ OVERHEAD_S = 1.1
 
 @dataclass(frozen=True)
 class Suite:
-    """What a runner compares, and where it reports: `run.py` is HTTP (ASGI), `wsgi.py` WSGI."""
+    """What a runner compares, and where it reports: `run.py` is HTTP (ASGI), `wsgi.py` WSGI,
+    `tls.py` HTTPS."""
 
     script: str  # recorded as the results' command
     description: str  # the first line of --help
@@ -46,6 +49,10 @@ class Suite:
     scenarios: dict[str, scenarios.Scenario]  # in row order
     stem: str  # results go to STEM.md, STEM.json, STEM.png
     what: str  # "HTTP server": titles the report and the plot
+    # HTTPS: the servers' commands enable TLS, and the checks trust their certificate with this
+    # context (wrk does not verify it). None: plain HTTP.
+    ssl_context: ssl.SSLContext | None = None
+    notes: tuple[str, ...] = ()  # more lines for the report's header
 
 
 HTTP = Suite(
@@ -125,14 +132,18 @@ def probe_servers(names: list[str], suite: Suite) -> tuple[dict, dict]:
     return available, missing
 
 
-def measure(server, scenario, conns: int, args, pins, workdir: Path) -> dict:
+def measure(
+    server, scenario, conns: int, args, pins, workdir: Path, ssl_context: ssl.SSLContext | None
+) -> dict:
     """One cell: a fresh server, the correctness check, warm-up, measurement, check, stop."""
     script = workdir / f"{scenario.name}.lua"
     log_path = workdir / f"{server.name}-{scenario.name}-c{conns}.log"
+    check = functools.partial(scenario.check, ssl_context=ssl_context)
+    scheme = "http" if ssl_context is None else "https"
     sample: dict = {}
     with servers.ServerProcess(server, scenario.app, pins[0], log_path) as proc:
-        sample["startup_s"] = round(proc.wait_ready(scenario.check), 3)
-        url = f"http://{servers.HOST}:{proc.port}{scenario.path}"
+        sample["startup_s"] = round(proc.wait_ready(check), 3)
+        url = f"{scheme}://{servers.HOST}:{proc.port}{scenario.path}"
         warm = wrk.run(pins[1], url, conns, WARMUP_S, script)
         sample["warmup"] = {"rps": round(warm["rps"], 1), "errors": warm["errors"]}
         window = -time.monotonic()
@@ -147,7 +158,7 @@ def measure(server, scenario, conns: int, args, pins, workdir: Path) -> dict:
         if not proc.alive():
             raise servers.ServerDied(f"exited during the measurement\n{proc.log_tail()}")
         try:
-            scenario.check(servers.HOST, proc.port)
+            negotiated = check(servers.HOST, proc.port)
         except (OSError, scenarios.WrongResponse) as exc:
             # The measured responses were probably wrong too: the run does not count.
             raise scenarios.WrongResponse(
@@ -187,6 +198,8 @@ def measure(server, scenario, conns: int, args, pins, workdir: Path) -> dict:
         )
     if problems:
         sample["problems"] = problems
+    if negotiated is not None:
+        sample["tls"] = negotiated
     return sample
 
 
@@ -244,8 +257,9 @@ def run_all(
                     else:
                         try:
                             sample = measure(
-                                suite.servers[name], scenario, conns, args, pins, workdir
-                            )
+                                suite.servers[name], scenario, conns, args, pins, workdir,
+                                suite.ssl_context,
+                            )  # fmt: skip
                         except servers.StartFailed as exc:
                             sample = {"error": f"{name} failed to start: {exc}"}
                             if key not in started:
@@ -261,6 +275,20 @@ def run_all(
                     by_key[(scenario.name, conns)]["runs"][name].append(sample)
                     progress(what, sample)
     return cases
+
+
+def negotiated_tls(cases: list[dict]) -> dict[str, list[str]]:
+    """{server: ["TLSv1.3 TLS_AES_256_GCM_SHA384"]}: what the checks' handshakes settled on,
+    each distinct pair once (one per server unless a server changed its mind)."""
+    seen: dict[str, list[str]] = {}
+    for case in cases:
+        for name, samples in case["runs"].items():
+            for sample in samples:
+                if "tls" in sample:
+                    pair = f"{sample['tls']['version']} {sample['tls']['cipher']}"
+                    if pair not in seen.setdefault(name, []):
+                        seen[name].append(pair)
+    return seen
 
 
 def main(argv: list[str], suite: Suite = HTTP) -> int:
@@ -298,6 +326,10 @@ def main(argv: list[str], suite: Suite = HTTP) -> int:
         },
         "scenarios": {name: suite.scenarios[name].title for name in args.scenarios},
     }
+    if suite.notes:
+        meta["notes"] = list(suite.notes)
+    if suite.ssl_context is not None:
+        meta["tls_negotiated"] = negotiated_tls(cases)
     text = report.write_all(args.out, meta, cases, suite.stem, suite.what)
     print(text)
     return 0

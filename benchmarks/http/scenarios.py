@@ -10,7 +10,8 @@ Before the warm-up and again after the measurement, one request is sent with `ht
 its status, body and headers are checked, so a server that answers fast but wrongly (an empty
 200, a truncated echo) fails the cell instead of winning it. During the measurement wrk counts
 responses with status >= 400 and socket errors, and the bytes it read per response are
-compared with the body size ("short responses" in the notes if fewer).
+compared with the body size ("short responses" in the notes if fewer). `tls.py` sends the
+check over HTTPS, verifying the server's certificate.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import http.client
 import importlib.util
 import json
+import ssl
 from dataclasses import dataclass, field
 
 ECHO_BODY = b"x" * 10240
@@ -64,10 +66,23 @@ class Scenario:
             return len(json.dumps(self.expect_json, separators=(",", ":")))
         return len(self.expect_body)
 
-    def check(self, host: str, port: int, timeout: float = 10.0) -> None:
-        """Send the request once; raise WrongResponse (or OSError) unless the reply is right."""
-        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    def check(
+        self, host: str, port: int, timeout: float = 10.0, ssl_context: ssl.SSLContext | None = None
+    ) -> dict | None:
+        """Send the request once; raise WrongResponse (or OSError) unless the reply is right.
+
+        With `ssl_context`, over HTTPS (the server's certificate verified with that context);
+        then returns the TLS version and cipher the handshake settled on, else None.
+        """
+        if ssl_context is None:
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        else:
+            conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl_context)
+        negotiated = None
         try:
+            if ssl_context is not None:
+                conn.connect()  # the handshake; conn.sock is the SSLSocket until close()
+                negotiated = {"version": conn.sock.version(), "cipher": conn.sock.cipher()[0]}
             conn.request(self.method, self.path, body=self.body or None, headers=self.headers)
             response = conn.getresponse()
             body = response.read()
@@ -95,6 +110,7 @@ class Scenario:
             problems.append(f"content-length {length!r} for a body of {len(body)} bytes")
         if problems:
             raise WrongResponse(f"{self.method} {self.path}: " + "; ".join(problems))
+        return negotiated
 
 
 class WrongResponse(Exception):
