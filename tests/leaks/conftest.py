@@ -29,16 +29,17 @@ def memory_sample() -> Callable[[], tuple[int, int]]:
 
 
 @contextlib.asynccontextmanager
-async def _native_server(app: Any) -> AsyncIterator[tuple[Any, int]]:
-    """``async with native_server(app) as (server, port)``: the native ``HttpServer`` serving
-    ``app`` on a loopback port of the running ferroloop loop; aborted and closed on exit."""
+async def _native_server(app: Any, **options: Any) -> AsyncIterator[tuple[Any, int]]:
+    """``async with native_server(app, **options) as (server, port)``: the native
+    ``HttpServer`` serving ``app`` on a loopback port of the running ferroloop loop, with
+    ``options`` as its keyword arguments; aborted and closed on exit."""
     from ferroloop._native import HttpServer
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     sock.setblocking(False)
-    server = HttpServer(asyncio.get_running_loop(), sock, app)
+    server = HttpServer(asyncio.get_running_loop(), sock, app, **options)
     server.start()
     try:
         yield server, sock.getsockname()[1]
@@ -48,22 +49,25 @@ async def _native_server(app: Any) -> AsyncIterator[tuple[Any, int]]:
 
 
 @pytest.fixture
-def native_server() -> Callable[[Any], contextlib.AbstractAsyncContextManager[tuple[Any, int]]]:
-    """``async with native_server(app) as (server, port)``: see ``_native_server``."""
+def native_server() -> Callable[..., contextlib.AbstractAsyncContextManager[tuple[Any, int]]]:
+    """``async with native_server(app, **options) as (server, port)``: see ``_native_server``."""
     return _native_server
 
 
 @pytest.fixture
 def server_churn_samples(
-    native_server: Callable[[Any], contextlib.AbstractAsyncContextManager[tuple[Any, int]]],
-) -> Callable[[Any, Callable[[int], Any], int], Any]:
-    """``await server_churn_samples(app, churn, chunks)``: serves ``app`` (``native_server``),
-    runs ``await churn(port)`` ``chunks`` times, and after each, once every app task has ended
-    and every connection is gone, takes a ``memory_sample``; returns the samples."""
+    native_server: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Any, int]]],
+) -> Callable[..., Any]:
+    """``await server_churn_samples(app, churn, chunks, **options)``: serves ``app``
+    (``native_server``, with ``options``), runs ``await churn(port)`` ``chunks`` times, and after
+    each, once every app task has ended and every connection is gone, takes a
+    ``memory_sample``; returns the samples."""
 
-    async def run(app: Any, churn: Callable[[int], Any], chunks: int) -> list[tuple[int, int]]:
+    async def run(
+        app: Any, churn: Callable[[int], Any], chunks: int, **options: Any
+    ) -> list[tuple[int, int]]:
         samples = []
-        async with native_server(app) as (server, port):
+        async with native_server(app, **options) as (server, port):
             for _ in range(chunks):
                 await churn(port)
                 for _ in range(500):
