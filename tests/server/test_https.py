@@ -554,6 +554,19 @@ def test_unusable_tls_material_exits_3_before_the_app_starts(spawn_server, tls, 
 
 
 @pytest.mark.ferroloop_only(
+    reason="uvicorn loads the certificate in each worker, which fails with a traceback"
+)
+def test_unusable_tls_material_with_workers_stops_the_parent_once(spawn_server, tls, tmp_path):
+    options, expected_text = _startup_failure_cases(tls, tmp_path)["certfile-not-pem"]
+    server = spawn_server("raw_asgi:app", *options, "--workers", "2", wait=False)
+    code = server.wait_exit()
+    stderr = server.stderr_text()
+    assert code == 3, server.describe()
+    assert stderr.count("Error loading the TLS certificate or key") == 1, server.describe()
+    assert expected_text in stderr and "Started worker process" not in stderr, server.describe()
+
+
+@pytest.mark.ferroloop_only(
     reason="uvicorn hands these to Python's ssl module as they are (and without a certfile "
     "serves plain HTTP)"
 )

@@ -122,6 +122,23 @@ def test_startup_failure_stops_everything(fake_children, caplog):
     assert sup.workers == {}
 
 
+def test_every_worker_failing_to_start_at_once_stops_the_parent(fake_children, caplog):
+    """Both workers exit 3 before the parent looks: one reap returns both, and both must leave
+    the worker table (the parent used to wait for the second one forever)."""
+    script, spawned = fake_children
+    script += [(0.0, 3), (0.0, 3)]
+    sup = Supervisor(Config("m:app", workers=2, log_config=None), [])
+    sup.spawn()
+    sup.spawn()
+    for pid in spawned:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # both have exited, not yet reaped
+    sup._step()
+    assert sup.should_exit and sup.exit_code == 3
+    assert sup.workers == {}
+    sup._stop_all()  # returns: nothing is left to wait for
+    assert caplog.text.count("failed to start") == 2
+
+
 def test_quick_crashes_back_off(fake_children):
     script, _ = fake_children
     script += [(0.0, 1)] * 3

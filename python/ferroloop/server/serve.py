@@ -33,6 +33,11 @@ def run_config(config: Config) -> int:
         )
         return STARTUP_FAILURE
 
+    if config.use_subprocess and config.is_ssl:
+        # Unusable TLS files stop the parent once, with the reason, before any worker starts;
+        # each worker reads them again (so a reload picks up renewed certificates).
+        config.load_tls()
+        config.tls_material = None
     if config.should_reload:
         sockets = bind_sockets(config)
         return _run_parent(config, sockets, lambda: Reloader(config, sockets).run())

@@ -241,10 +241,12 @@ class Supervisor:
             for pid in list(self.workers):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
+        # Every exit reaped here is accounted for, even after one of them decided to stop:
+        # a reaped worker left in the table would be waited for forever by _stop_all.
         for pid, status in self._reap():
             self._on_worker_exit(pid, status)
-            if self.should_exit:
-                return
+        if self.should_exit:
+            return
         now = time.monotonic()
         while self._spawn_due and self._spawn_due[0] <= now:
             self._spawn_due.pop(0)
