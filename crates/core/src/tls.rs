@@ -24,8 +24,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig, ServerConnection};
 
-/// Ciphertext bytes asked of each `recv`.
-const READ_CHUNK: usize = 64 * 1024;
+/// Ciphertext bytes asked of each `recv`; a read that returns fewer found the socket empty.
+pub const READ_CHUNK: usize = 64 * 1024;
 /// Plaintext is sealed only while less than this much ciphertext waits for the socket.
 const SEAL_AHEAD: usize = 64 * 1024;
 /// Plaintext handed to rustls per call: at most one record's worth.

@@ -1244,6 +1244,8 @@ fn read_available_tls(fd: RawFd, st: &mut ConnState) -> bool {
             *rpos = 0;
         }
         match tls.read(fd, rbuf) {
+            // A short read emptied the socket: no second `recv` just to see EAGAIN.
+            tls::Read::Took(n) if n < tls::READ_CHUNK => return false,
             tls::Read::Took(_) => {}
             tls::Read::WouldBlock => return false,
             tls::Read::Eof => {
