@@ -57,17 +57,14 @@ def native_server() -> Callable[..., contextlib.AbstractAsyncContextManager[tupl
 @pytest.fixture
 def server_churn_samples(
     native_server: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Any, int]]],
-) -> Callable[..., Any]:
-    """``await server_churn_samples(app, churn, chunks, **options)``: serves ``app``
-    (``native_server``, with ``options``), runs ``await churn(port)`` ``chunks`` times, and after
-    each, once every app task has ended and every connection is gone, takes a
-    ``memory_sample``; returns the samples."""
+) -> Callable[[Any, Callable[[int], Any], int], Any]:
+    """``await server_churn_samples(app, churn, chunks)``: serves ``app`` (``native_server``),
+    runs ``await churn(port)`` ``chunks`` times, and after each, once every app task has ended
+    and every connection is gone, takes a ``memory_sample``; returns the samples."""
 
-    async def run(
-        app: Any, churn: Callable[[int], Any], chunks: int, **options: Any
-    ) -> list[tuple[int, int]]:
+    async def run(app: Any, churn: Callable[[int], Any], chunks: int) -> list[tuple[int, int]]:
         samples = []
-        async with native_server(app, **options) as (server, port):
+        async with native_server(app) as (server, port):
             for _ in range(chunks):
                 await churn(port)
                 for _ in range(500):

@@ -5,13 +5,18 @@ One ferroloop loop runs both the server (``HttpServer`` on a listening socket) a
 opened, used once and closed. RSS and the number of gc-tracked objects are measured after each
 chunk; nothing may grow between the second chunk (pools warm) and the last. A leak of one
 object per request would add thousands of objects; of one connection buffer, megabytes.
+
+The same churn runs over TLS (``tls_cert``/``tls_key``), each short connection making a full
+handshake: every TLS connection also owns a rustls session and a ciphertext queue.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 import ferroloop
+import pytest
 
 CHUNKS = 6
 REQUESTS_PER_CHUNK = 3_000
@@ -42,8 +47,8 @@ async def read_response(reader: asyncio.StreamReader) -> bytes:
     return await reader.readexactly(length)
 
 
-async def churn(port: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def churn(port: int, tls: ssl.SSLContext | None = None) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
     for i in range(REQUESTS_PER_CHUNK):
         if i % 2:
             writer.write(b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nabcde")
@@ -54,19 +59,37 @@ async def churn(port: int) -> None:
     writer.close()
     await writer.wait_closed()
     for _ in range(CONNECTIONS_PER_CHUNK):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
         writer.write(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
         assert await read_response(reader) == b"hello"
+        assert await reader.read() == b"", "the server closes after Connection: close"
         writer.close()
         await writer.wait_closed()
 
 
-def test_server_requests_and_connections_leave_memory_flat(memory_sample, native_server) -> None:
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_server_requests_and_connections_leave_memory_flat(
+    memory_sample, native_server, scheme
+) -> None:
+    options: dict[str, object] = {}
+    client = None
+    if scheme == "https":
+        trustme = pytest.importorskip("trustme")
+        ca = trustme.CA()
+        leaf = ca.issue_cert("127.0.0.1")
+        client = ssl.create_default_context()
+        ca.configure_trust(client)
+        options = {
+            "tls_cert": b"".join(pem.bytes() for pem in leaf.cert_chain_pems),
+            "tls_key": leaf.private_key_pem.bytes(),
+            "scheme": "https",
+        }
+
     async def main() -> list[tuple[int, int]]:
         samples = []
-        async with native_server(app) as (server, port):
+        async with native_server(app, **options) as (server, port):
             for _ in range(CHUNKS):
-                await churn(port)
+                await churn(port, client)
                 samples.append(memory_sample())
         assert server.requests == CHUNKS * (REQUESTS_PER_CHUNK + CONNECTIONS_PER_CHUNK)
         return samples

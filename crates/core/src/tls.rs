@@ -14,6 +14,7 @@
 //! - Records rustls makes on its own (handshake flights, alerts, session tickets, close_notify)
 //!   count as output (`has_output`), so the connection's flush after every read writes them.
 
+use std::cell::RefCell;
 use std::io::{self, BufRead, Write};
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -160,11 +161,14 @@ pub struct TlsConn {
     conn: ServerConnection,
     /// Ciphertext waiting for the socket.
     wire: OutQueue,
-    /// Ciphertext read from the socket, handed to rustls before the read returns.
-    inbuf: Vec<u8>,
-    /// File ranges of the plaintext queue are read here to be sealed.
-    scratch: Vec<u8>,
     notify_sent: bool,
+}
+
+thread_local! {
+    /// The one transient buffer of every session on a thread: a read's ciphertext (handed to
+    /// rustls before `read` returns) or a file range being sealed. Nothing stays in it between
+    /// calls, so an idle connection holds none of it (64 KiB each otherwise).
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 impl TlsConn {
@@ -173,20 +177,22 @@ impl TlsConn {
         Ok(Self {
             conn,
             wire: OutQueue::new(),
-            inbuf: Vec::new(),
-            scratch: Vec::new(),
             notify_sent: false,
         })
     }
 
     /// Reads ciphertext once (up to `READ_CHUNK`) and appends all its plaintext to `rbuf`.
     pub fn read(&mut self, fd: RawFd, rbuf: &mut Vec<u8>) -> Read {
-        self.inbuf.clear();
-        self.inbuf.reserve(READ_CHUNK);
+        SCRATCH.with_borrow_mut(|inbuf| self.read_with(fd, rbuf, inbuf))
+    }
+
+    fn read_with(&mut self, fd: RawFd, rbuf: &mut Vec<u8>, inbuf: &mut Vec<u8>) -> Read {
+        inbuf.clear();
+        inbuf.reserve(READ_CHUNK);
         let n = loop {
             // SAFETY: `recv` writes at most `READ_CHUNK` bytes into the spare capacity reserved
             // just above; the length is set to what it wrote.
-            let n = unsafe { libc::recv(fd, self.inbuf.as_mut_ptr().cast(), READ_CHUNK, 0) };
+            let n = unsafe { libc::recv(fd, inbuf.as_mut_ptr().cast(), READ_CHUNK, 0) };
             if n >= 0 {
                 break n as usize;
             }
@@ -200,8 +206,8 @@ impl TlsConn {
             return Read::Eof;
         }
         // SAFETY: the kernel initialized `n` bytes of the reserved capacity.
-        unsafe { self.inbuf.set_len(n) };
-        let mut input = &self.inbuf[..];
+        unsafe { inbuf.set_len(n) };
+        let mut input = &inbuf[..];
         let mut closed = false;
         while !input.is_empty() {
             // Reading from a slice fails only when rustls's buffers are full, which draining
@@ -256,23 +262,20 @@ impl TlsConn {
 
     /// Hands plaintext from `out` to rustls while less than `SEAL_AHEAD` ciphertext waits.
     fn seal(&mut self, out: &mut OutQueue) -> io::Result<()> {
-        let Self {
-            conn,
-            wire,
-            scratch,
-            ..
-        } = self;
-        while wire.pending() < SEAL_AHEAD && !out.is_empty() {
-            let took = out.drain_to(SEAL_STEP, scratch, &mut |plain| {
-                let n = conn.writer().write(plain)?;
-                take_records(conn, wire)?;
-                Ok(n)
-            })?;
-            if took == 0 {
-                break;
+        let Self { conn, wire, .. } = self;
+        SCRATCH.with_borrow_mut(|scratch| {
+            while wire.pending() < SEAL_AHEAD && !out.is_empty() {
+                let took = out.drain_to(SEAL_STEP, scratch, &mut |plain| {
+                    let n = conn.writer().write(plain)?;
+                    take_records(conn, wire)?;
+                    Ok(n)
+                })?;
+                if took == 0 {
+                    break;
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Moves the records rustls holds into `wire`.
@@ -531,54 +534,61 @@ mod tests {
         assert!(p.out.is_empty() && !p.server.has_output());
     }
 
+    // (certificate, key, CA, client auth, versions, what the error names)
+    type Case<'a> = (
+        &'a [u8],
+        &'a [u8],
+        Option<&'a [u8]>,
+        ClientAuth,
+        &'a [String],
+        &'a str,
+    );
+
     #[test]
     fn unusable_certificates_and_keys_are_refused_with_reasons() {
+        let other = pki();
         let pki = pki();
-        let versions = ["1.2".to_string(), "1.3".to_string()];
-        let other = pki_other();
-        let cases: [(&[u8], &[u8], &str); 3] = [
-            (b"", pki.key_pem.as_bytes(), "no certificate"),
-            (pki.cert_pem.as_bytes(), b"not a key", "private key"),
+        let both = ["1.2".to_string(), "1.3".to_string()];
+        let (cert, key) = (pki.cert_pem.as_bytes(), pki.key_pem.as_bytes());
+        let cases: [Case<'_>; 6] = [
+            (b"", key, None, ClientAuth::None, &both, "no certificate"),
             (
-                pki.cert_pem.as_bytes(),
+                cert,
+                b"not a key",
+                None,
+                ClientAuth::None,
+                &both,
+                "private key",
+            ),
+            (
+                cert,
                 other.key_pem.as_bytes(),
+                None,
+                ClientAuth::None,
+                &both,
                 "usable pair",
             ),
+            (cert, key, None, ClientAuth::Required, &both, "no CA file"),
+            (
+                cert,
+                key,
+                Some(b"not a certificate"),
+                ClientAuth::None,
+                &both,
+                "CA file holds no certificate",
+            ),
+            (
+                cert,
+                key,
+                None,
+                ClientAuth::None,
+                &["1.1".to_string()],
+                "not supported",
+            ),
         ];
-        for (cert, key, why) in cases {
-            let err = server_config(cert, key, None, ClientAuth::None, &versions).unwrap_err();
+        for (cert, key, ca, auth, versions, why) in cases {
+            let err = server_config(cert, key, ca, auth, versions).unwrap_err();
             assert!(err.contains(why), "{err:?} should mention {why:?}");
         }
-        let err = server_config(
-            pki.cert_pem.as_bytes(),
-            pki.key_pem.as_bytes(),
-            None,
-            ClientAuth::Required,
-            &versions,
-        )
-        .unwrap_err();
-        assert!(err.contains("no CA file"), "{err}");
-        let err = server_config(
-            pki.cert_pem.as_bytes(),
-            pki.key_pem.as_bytes(),
-            Some(b"not a certificate"),
-            ClientAuth::None,
-            &versions,
-        )
-        .unwrap_err();
-        assert!(err.contains("CA file holds no certificate"), "{err}");
-        let err = server_config(
-            pki.cert_pem.as_bytes(),
-            pki.key_pem.as_bytes(),
-            None,
-            ClientAuth::None,
-            &["1.1".to_string()],
-        )
-        .unwrap_err();
-        assert!(err.contains("not supported"), "{err}");
-    }
-
-    fn pki_other() -> Pki {
-        pki()
     }
 }

@@ -1180,19 +1180,8 @@ fn read_available(fd: RawFd, st: &mut ConnState) -> bool {
         return read_available_tls(fd, st);
     }
     loop {
-        if st.rpos > 0 && st.rpos == st.rbuf.len() {
-            st.rbuf.clear();
-            st.rpos = 0;
-        }
-        if st.rbuf.len() - st.rpos >= READ_HIGH + READ_CHUNK {
+        if !make_room(&mut st.rbuf, &mut st.rpos) {
             return false;
-        }
-        if st.rbuf.capacity() - st.rbuf.len() < READ_CHUNK / 4 {
-            if st.rpos > 0 {
-                st.rbuf.drain(..st.rpos);
-                st.rpos = 0;
-            }
-            st.rbuf.reserve(READ_CHUNK);
         }
         let spare = st.rbuf.capacity() - st.rbuf.len();
         let len = st.rbuf.len();
@@ -1220,6 +1209,26 @@ fn read_available(fd: RawFd, st: &mut ConnState) -> bool {
     }
 }
 
+/// Before a read: drops what was consumed and makes room for `READ_CHUNK` more bytes; `false`
+/// when `READ_HIGH + READ_CHUNK` unconsumed bytes are buffered already (flow control).
+fn make_room(rbuf: &mut Vec<u8>, rpos: &mut usize) -> bool {
+    if *rpos > 0 && *rpos == rbuf.len() {
+        rbuf.clear();
+        *rpos = 0;
+    }
+    if rbuf.len() - *rpos >= READ_HIGH + READ_CHUNK {
+        return false;
+    }
+    if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
+        if *rpos > 0 {
+            rbuf.drain(..*rpos);
+            *rpos = 0;
+        }
+        rbuf.reserve(READ_CHUNK);
+    }
+    true
+}
+
 /// `read_available` under TLS: ciphertext is read and decrypted into the buffer, with the same
 /// bound on what is buffered.
 fn read_available_tls(fd: RawFd, st: &mut ConnState) -> bool {
@@ -1232,16 +1241,8 @@ fn read_available_tls(fd: RawFd, st: &mut ConnState) -> bool {
     } = st;
     let tls = tls.as_deref_mut().expect("checked by the caller");
     loop {
-        if *rpos > 0 && *rpos == rbuf.len() {
-            rbuf.clear();
-            *rpos = 0;
-        }
-        if rbuf.len() - *rpos >= READ_HIGH + READ_CHUNK {
+        if !make_room(rbuf, rpos) {
             return false;
-        }
-        if *rpos > 0 && rbuf.capacity() - rbuf.len() < READ_CHUNK {
-            rbuf.drain(..*rpos);
-            *rpos = 0;
         }
         match tls.read(fd, rbuf) {
             // A short read emptied the socket: no second `recv` just to see EAGAIN.
