@@ -143,6 +143,24 @@ impl Poller {
         self.epfd.release();
     }
 
+    /// Replaces the epoll instance with an empty one under the same fd number (`dup3`), which
+    /// drops every registration, including one the kernel keeps for a file that was closed while
+    /// registered but lives on in a duplicate elsewhere (a forked child's copy, `dup`): such a
+    /// registration can no longer be named to `delete` it, and level-triggered it would be
+    /// reported on every wait. The caller registers again what it still watches. Same thread
+    /// rule as `close`.
+    pub fn reset(&self) -> io::Result<()> {
+        // SAFETY: epoll_create1 takes no pointers; on success it returns a new fd that we own.
+        let fresh = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: `fresh` was just returned by epoll_create1 and nothing else owns it.
+        let fresh = unsafe { OwnedFd::from_raw_fd(fresh) };
+        // SAFETY: both are fds this poller owns; dup3 atomically closes the old instance's fd
+        // number and makes it name the fresh instance, so no other file can take the number.
+        cvt(unsafe { libc::dup3(fresh.as_raw_fd(), self.epfd.as_raw_fd(), libc::O_CLOEXEC) })?;
+        // `fresh` closes here; the instance lives on under the old number.
+        Ok(())
+    }
+
     fn ctl(&self, op: i32, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
         let mut ev = libc::epoll_event {
             events: interest.epoll_bits(),
@@ -265,6 +283,36 @@ mod tests {
         assert!(r.writable && !r.readable);
         p.delete(a.as_raw_fd()).unwrap();
         assert_eq!(p.wait(&mut ev, Some(Duration::ZERO)).unwrap(), 0);
+    }
+
+    #[test]
+    fn reset_drops_a_registration_that_outlived_its_fd() {
+        // A registered fd closed while a duplicate keeps its file open: the registration stays
+        // and, level-triggered, is reported on every wait; `delete` can no longer name it.
+        let p = Poller::new().unwrap();
+        let (a, b) = UnixStream::pair().unwrap();
+        let (c, _d) = UnixStream::pair().unwrap();
+        let dup = a.try_clone().unwrap();
+        let raw = a.as_raw_fd();
+        p.add(raw, 5, Interest::READ).unwrap();
+        p.add(c.as_raw_fd(), 6, Interest::WRITE).unwrap();
+        drop(a);
+        std::io::Write::write_all(&mut &b, b"x").unwrap();
+        let mut ev = Events::with_capacity(4);
+        p.wait(&mut ev, Some(Duration::ZERO)).unwrap();
+        assert!(ev.iter().any(|(tok, _)| tok == 5));
+        p.delete(raw).unwrap(); // EBADF: counted as removed, but the kernel keeps it
+        p.wait(&mut ev, Some(Duration::ZERO)).unwrap();
+        assert!(ev.iter().any(|(tok, _)| tok == 5));
+        let epfd = p.epfd.as_raw_fd();
+        p.reset().unwrap();
+        assert_eq!(p.epfd.as_raw_fd(), epfd);
+        assert_eq!(p.wait(&mut ev, Some(Duration::ZERO)).unwrap(), 0);
+        // The poller works as before; what is registered again is reported again.
+        p.add(c.as_raw_fd(), 6, Interest::WRITE).unwrap();
+        assert_eq!(p.wait(&mut ev, Some(Duration::ZERO)).unwrap(), 1);
+        assert_eq!(ev.iter().next().unwrap().0, 6);
+        drop(dup);
     }
 
     #[test]

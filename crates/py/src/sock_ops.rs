@@ -281,12 +281,13 @@ impl SocketOperation {
                 let fd_obj = PyInt::new(py, fd);
                 // As asyncio: waiting on a socket that a transport owns is an error.
                 LoopCore::ensure_no_transport(lp, fd_obj.as_any())?;
-                let handle = LoopCore::set_fd_handle(
+                let handle = LoopCore::set_fd_handle_as(
                     lp,
                     fd_obj.as_any(),
                     slf.as_any(),
                     PyTuple::empty(py),
                     this.writes(py)?,
+                    Some(this.sock.bind(py)),
                 )?;
                 *this.registration.borrow(py)? = Some((handle, fd));
                 fut.call_method1(intern!(py, "add_done_callback"), (slf,))?;
@@ -351,7 +352,8 @@ impl SocketOperation {
             return Ok(());
         }
         let lp = self.loop_.bind(py);
-        LoopCore::remove_fd_handle(lp, PyInt::new(py, fd).as_any(), self.writes(py)?).map(drop)
+        let fd = PyInt::new(py, fd);
+        LoopCore::remove_fd_handle_as(lp, fd.as_any(), self.writes(py)?, true).map(drop)
     }
 }
 

@@ -2,7 +2,16 @@
 //!
 //! Invariants:
 //! - The table holds handles, not fds: the owner of an fd closes it. An entry exists exactly
-//!   while the fd is registered in epoll, with the interest its reader/writer slots say.
+//!   while the fd is registered in epoll, with the interest `registered` says: that of its
+//!   reader/writer slots, except for a *parked* entry.
+//! - Parked: a native socket operation ended and left its entry without handles; it stays in
+//!   epoll, listed in `State::parked`, until the next poll (`flush_parked`), so a poll never
+//!   reports an fd nobody waits for. Only the same socket object, still open, takes it back
+//!   without a syscall; anything else starts it over (its fd may have been closed and reused).
+//! - Every registration's epoll token carries a generation (`State::next_token`): an event whose
+//!   token no entry has comes from a registration that outlived its fd (closed while parked or
+//!   registered, its file kept open by a duplicate), and the loop starts epoll over
+//!   (`Poller::reset`), since such a registration can no longer be deleted by its fd.
 //! - A replaced or removed handle is cancelled after the state borrow ends (cancelling can run
 //!   Python code). Handles here are always plain `Handle`s (never timers), so they are cancelled
 //!   natively, without a Python method call.
@@ -17,7 +26,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyTuple};
 
-use super::{closed_error, LoopCore};
+use super::{closed_error, LoopCore, State};
 use crate::handle::{CallArgs, Handle};
 use crate::sock_ops::os_error;
 
@@ -27,6 +36,15 @@ pub(super) struct FdEntry {
     pub(super) fileobj: Py<PyAny>,
     pub(super) reader: Option<Py<Handle>>,
     pub(super) writer: Option<Py<Handle>>,
+    /// The interest the kernel has for the fd: that of the slots, except while parked.
+    pub(super) registered: Interest,
+    /// The socket whose native `sock_*` operation registered the entry (`None` once anything
+    /// else registers on it): only such an entry is parked, and only that socket, still open,
+    /// takes it back.
+    pub(super) owner: Option<Py<PyAny>>,
+    /// The epoll token: the fd in the low 32 bits, a generation above (`State::next_token`),
+    /// so an event from a registration the table no longer has is told apart.
+    pub(super) token: u64,
 }
 
 impl FdEntry {
@@ -92,6 +110,20 @@ impl LoopCore {
         args: Bound<'_, PyTuple>,
         write: bool,
     ) -> PyResult<Py<Handle>> {
+        Self::set_fd_handle_as(slf, fd, callback, args, write, None)
+    }
+
+    /// `set_fd_handle` for a native socket operation on `owner` (the socket object): an entry
+    /// the same socket parked (`remove_fd_handle_as`) since the last poll is taken back without
+    /// a syscall when the kernel already has the interest it needs.
+    pub(crate) fn set_fd_handle_as(
+        slf: &Bound<'_, Self>,
+        fd: &Bound<'_, PyAny>,
+        callback: &Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        write: bool,
+        owner: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Handle>> {
         let py = slf.py();
         let this = slf.get();
         let fileobj = fd;
@@ -114,11 +146,28 @@ impl LoopCore {
         let (old, stale) = {
             let mut st = this.state.borrow(py)?;
             let existed = st.fds.contains_key(&fd);
+            let fresh = st.next_token(fd);
             let entry = st.fds.entry(fd).or_insert_with(|| FdEntry {
                 fileobj: fileobj.clone().unbind(),
                 reader: None,
                 writer: None,
+                registered: Interest::default(),
+                owner: owner.map(|o| o.clone().unbind()),
+                token: fresh,
             });
+            // A parked entry (no handle, still in epoll): only the socket that parked it takes it
+            // back as it is. For anything else it starts over, and the kernel is asked again
+            // below: the fd may have been closed and its number reused meanwhile.
+            let parked = existed && entry.interest().is_empty();
+            let same_owner =
+                matches!((&entry.owner, owner), (Some(a), Some(b)) if a.bind(py).is(b));
+            let taken_back = parked && same_owner;
+            if parked && !same_owner {
+                entry.fileobj = fileobj.clone().unbind();
+                entry.owner = owner.map(|o| o.clone().unbind());
+            } else if existed && !same_owner {
+                entry.owner = None;
+            }
             let slot = if write {
                 &mut entry.writer
             } else {
@@ -127,8 +176,10 @@ impl LoopCore {
             let old = slot.replace(handle.clone_ref(py));
             let interest = entry.interest();
             let mut stale = None;
-            let res = if existed {
-                match this.shared.poller.modify(fd, fd as u64, interest) {
+            let res = if taken_back && entry.registered == interest {
+                Ok(())
+            } else if existed {
+                match this.shared.poller.modify(fd, entry.token, interest) {
                     Ok(Modified::Changed) => Ok(()),
                     Ok(Modified::Gone) => {
                         // The fd was closed while registered and its number reused: the entry's
@@ -140,13 +191,18 @@ impl LoopCore {
                             entry.writer.take()
                         };
                         entry.fileobj = fileobj.clone().unbind();
-                        this.shared.poller.add(fd, fd as u64, entry.interest())
+                        entry.token = fresh;
+                        this.shared.poller.add(fd, fresh, entry.interest())
                     }
                     Err(e) => Err(e),
                 }
             } else {
-                this.shared.poller.add(fd, fd as u64, interest)
+                this.shared.poller.add(fd, fresh, interest)
             };
+            if res.is_ok() {
+                let entry = st.fds.get_mut(&fd).expect("just inserted");
+                entry.registered = entry.interest();
+            }
             if let Err(e) = res {
                 // Undo: the fd is not watched, so the table must not claim it is.
                 let entry = st.fds.get_mut(&fd).expect("just inserted");
@@ -196,6 +252,19 @@ impl LoopCore {
         fd: &Bound<'_, PyAny>,
         write: bool,
     ) -> PyResult<bool> {
+        Self::remove_fd_handle_as(slf, fd, write, false)
+    }
+
+    /// `remove_fd_handle`; with `park` (a native socket operation ending), an entry of a
+    /// socket operation left without handles stays in epoll until the next poll
+    /// (`flush_parked`), so the socket's next operation, usually queued by the same task in the
+    /// same iteration, costs no `epoll_ctl` pair.
+    pub(crate) fn remove_fd_handle_as(
+        slf: &Bound<'_, Self>,
+        fd: &Bound<'_, PyAny>,
+        write: bool,
+        park: bool,
+    ) -> PyResult<bool> {
         let py = slf.py();
         let this = slf.get();
         if this.flags.closed() {
@@ -222,11 +291,22 @@ impl LoopCore {
                 entry.reader.take()
             };
             if old.is_none() {
+                if entry.interest().is_empty() {
+                    // Parked: asked to remove, it leaves the poller now, so the caller may
+                    // close the fd.
+                    let parked = st.fds.remove(&fd);
+                    let deleted = this.shared.poller.delete(fd);
+                    drop(st);
+                    drop(parked);
+                    deleted.map_err(|e| os_error(py, &e))?;
+                }
                 return Ok(false);
             }
             let interest = entry.interest();
             let mut stale = None;
-            if interest.is_empty() {
+            if interest.is_empty() && park && entry.owner.is_some() {
+                st.parked.push(fd);
+            } else if interest.is_empty() {
                 st.fds.remove(&fd);
                 this.shared
                     .poller
@@ -235,10 +315,12 @@ impl LoopCore {
             } else if this
                 .shared
                 .poller
-                .modify(fd, fd as u64, interest)
+                .modify(fd, entry.token, interest)
                 .map_err(|e| os_error(py, &e))?
-                == Modified::Gone
+                == Modified::Changed
             {
+                entry.registered = interest;
+            } else {
                 // The fd was closed while registered and its number reused: what is left of the
                 // entry belongs to the closed file; it must not be registered for the new one.
                 stale = st.fds.remove(&fd);
@@ -254,5 +336,30 @@ impl LoopCore {
             }
         }
         Ok(true)
+    }
+
+    /// Before a poll: the entries still parked leave epoll, so a poll never reports an fd
+    /// nobody waits for, and no socket stays referenced after its operations ended.
+    pub(super) fn flush_parked(&self, py: Python<'_>) -> PyResult<()> {
+        let mut gone = Vec::new();
+        let mut failed = None;
+        {
+            let mut st = self.state.borrow(py)?;
+            if st.parked.is_empty() {
+                return Ok(());
+            }
+            let State { fds, parked, .. } = &mut *st;
+            for fd in parked.drain(..) {
+                if fds.get(&fd).is_some_and(|e| e.interest().is_empty()) {
+                    gone.extend(fds.remove(&fd));
+                    if let Err(e) = self.shared.poller.delete(fd) {
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        // The sockets may be the last references: released without the state borrowed.
+        drop(gone);
+        failed.map_or(Ok(()), |e| Err(os_error(py, &e)))
     }
 }

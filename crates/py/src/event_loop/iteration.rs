@@ -15,13 +15,14 @@
 //! `run_ready` returns, so no write waits across a poll.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
-use ferroloop_core::clock;
+use ferroloop_core::{clock, IntMap, Interest};
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use super::fds::FdEntry;
 use super::{Injected, LoopCore, State, CLOCK_RESOLUTION, WAKER_TOKEN};
 use crate::handle::{Handle, Ready};
 use crate::sock_ops::os_error;
@@ -65,6 +66,7 @@ impl LoopCore {
     /// Steps 2 and 3: waits for I/O (the GIL released unless the wait cannot block) and queues
     /// the handles of ready fds. Returns whether the injector's eventfd fired.
     fn poll_and_queue(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
+        self.flush_parked(py)?;
         let mut events = self
             .events
             .lock()
@@ -93,6 +95,7 @@ impl LoopCore {
             Err(e) => return Err(os_error(py, &e)),
         }
         let mut waker_fired = false;
+        let mut stale = false;
         let mut st = self.state.borrow(py)?;
         let State { ready, fds, .. } = &mut *st;
         for (token, r) in events.iter() {
@@ -100,8 +103,15 @@ impl LoopCore {
                 waker_fired = true;
                 continue;
             }
-            let Some(entry) = fds.get(&(token as RawFd)) else {
-                continue;
+            // The low 32 bits are the fd (`State::next_token`).
+            let entry = match fds.get(&(token as u32 as RawFd)) {
+                Some(entry) if entry.token == token => entry,
+                _ => {
+                    // A registration the table no longer has: its fd was closed while
+                    // registered and its file lives on elsewhere (see `Poller::reset`).
+                    stale = true;
+                    continue;
+                }
             };
             let directions = [(r.readable, &entry.reader), (r.writable, &entry.writer)];
             for (is_ready, handle) in directions {
@@ -112,7 +122,30 @@ impl LoopCore {
                 }
             }
         }
+        if stale {
+            self.reset_poller(fds).map_err(|e| os_error(py, &e))?;
+        }
         Ok(waker_fired)
+    }
+
+    /// Starts epoll over with what the table watches, dropping registrations that outlived
+    /// their fd (which would otherwise be reported, level-triggered, on every wait). An fd the
+    /// kernel no longer takes (closed while registered) stays in the table as before: removing
+    /// it later counts as done.
+    fn reset_poller(&self, fds: &IntMap<RawFd, FdEntry>) -> io::Result<()> {
+        let poller = &self.shared.poller;
+        poller.reset()?;
+        poller.add(
+            self.shared.injector.as_raw_fd(),
+            WAKER_TOKEN,
+            Interest::READ,
+        )?;
+        for (&fd, entry) in fds {
+            if !entry.registered.is_empty() {
+                let _ = poller.add(fd, entry.token, entry.registered);
+            }
+        }
+        Ok(())
     }
 
     /// Step 4: timers due before now + clock resolution join the ready queue.

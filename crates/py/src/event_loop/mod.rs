@@ -108,11 +108,25 @@ struct State {
     /// Looked up once per ready fd per iteration: an `IntMap` (SipHash cost about 100
     /// instructions per lookup; fd numbers come from the kernel, not from peers).
     fds: IntMap<RawFd, FdEntry>,
+    /// Fds whose entry a socket operation parked since the last poll (`fds.rs`); some may have
+    /// been taken back or removed since. Emptied before every poll.
+    parked: Vec<RawFd>,
+    /// The generation of the last epoll token handed out (`next_token`).
+    generation: u32,
     thread_id: Option<u64>,
     /// A ready batch is running (`run_ready`): writes may be held back until it ends.
     in_batch: bool,
     /// Writes held back (`defer_flush`), flushed in order when the batch ends.
     deferred: Vec<(Py<PyAny>, DeferredFlush)>,
+}
+
+impl State {
+    /// A token for a new registration of `fd`: the fd in the low 32 bits, a new generation
+    /// above. Never `WAKER_TOKEN` (an fd is never -1).
+    fn next_token(&mut self, fd: RawFd) -> u64 {
+        self.generation = self.generation.wrapping_add(1);
+        (u64::from(self.generation) << 32) | u64::from(fd as u32)
+    }
 }
 
 /// Writes a target's held-back output (see `LoopCore::defer_flush`).
@@ -1090,6 +1104,7 @@ impl LoopCore {
         let (ready, timers, fds) = {
             let mut st = self.state.borrow(py)?;
             self.flags.closed.store(true, Ordering::Relaxed);
+            st.parked.clear();
             let fds: Vec<_> = st.fds.drain().collect();
             for (fd, _) in &fds {
                 self.shared.poller.delete(*fd)?;
@@ -1150,6 +1165,7 @@ impl LoopCore {
                 visit.call(&e.fileobj)?;
                 visit.call(&e.reader)?;
                 visit.call(&e.writer)?;
+                visit.call(&e.owner)?;
             }
             for (target, _) in &st.deferred {
                 visit.call(target)?;
@@ -1184,6 +1200,7 @@ impl LoopCore {
 
     fn __clear__(&self) {
         let taken = self.state.try_borrow_for_gc().map(|mut st| {
+            st.parked.clear();
             let fds: Vec<_> = st.fds.drain().collect();
             for (fd, _) in &fds {
                 let _ = self.shared.poller.delete(*fd);
