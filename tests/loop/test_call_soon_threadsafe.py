@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextvars
 import threading
 
+import pytest
+
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
 
 
@@ -120,6 +122,47 @@ def test_call_soon_threadsafe_copies_the_calling_threads_context(loop):
     thread.join()
     loop.run_forever()
     assert seen == ["set-in-thread"]
+
+
+def test_call_soon_threadsafe_callbacks_each_run_in_their_own_copy(loop):
+    # Each call copies the calling thread's context: what one callback sets is not seen by the
+    # next one, nor by the thread (rloop 0.5 runs them in one shared context and fails this).
+    seen = []
+
+    def first():
+        request_id.set("set-by-first")
+        seen.append(request_id.get())
+
+    def second():
+        seen.append(request_id.get())
+        loop.stop()
+
+    def schedule():
+        request_id.set("set-in-thread")
+        loop.call_soon_threadsafe(first)
+        loop.call_soon_threadsafe(second)
+        seen.append(request_id.get())
+
+    thread = threading.Thread(target=schedule)
+    thread.start()
+    thread.join()
+    loop.run_forever()
+    assert seen == ["set-in-thread", "set-by-first", "set-in-thread"]
+
+
+def test_call_soon_threadsafe_argument_shapes(loop):
+    ran = []
+    loop.call_soon_threadsafe(callback=lambda: ran.append("keyword"))
+    loop.call_soon_threadsafe(ran.append, "positional", context=None)
+    loop.call_soon_threadsafe(loop.stop)
+    loop.run_forever()
+    assert ran == ["keyword", "positional"]
+    with pytest.raises(TypeError):
+        loop.call_soon_threadsafe()
+    with pytest.raises(TypeError):
+        loop.call_soon_threadsafe(ran.append, "x", unknown=1)
+    with pytest.raises(TypeError):
+        loop.call_soon_threadsafe(ran.append, "x", context=None, unknown=1)
 
 
 def test_call_soon_threadsafe_handle_can_be_cancelled(loop):
