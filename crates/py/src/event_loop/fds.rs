@@ -24,7 +24,7 @@ use ferroloop_core::{Interest, Modified};
 use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyTuple};
+use pyo3::types::{PyDict, PyInt, PyTuple};
 
 use super::{closed_error, LoopCore, State};
 use crate::handle::{CallArgs, Handle};
@@ -96,6 +96,22 @@ impl LoopCore {
         let Ok(transports) = slf.getattr(intern!(py, "_transports")) else {
             return Ok(());
         };
+        // `_transports` is a `WeakValueDictionary` keyed by fd: an int fd absent from its `data`
+        // dict (the usual case) has no transport, found without its Python `__len__` (about
+        // 1,400 instructions per `add_reader`/`remove_reader` pair under callgrind). Anything
+        // else goes to asyncio's check.
+        if fd.is_exact_instance_of::<PyInt>() {
+            if let Ok(data) = transports.getattr(intern!(py, "data")) {
+                if let Ok(data) = data.cast_exact::<PyDict>() {
+                    if data.get_item(fd)?.is_none() {
+                        return Ok(());
+                    }
+                    return slf
+                        .call_method1(intern!(py, "_ensure_fd_no_transport"), (fd,))
+                        .map(drop);
+                }
+            }
+        }
         if transports.len()? == 0 {
             return Ok(());
         }
