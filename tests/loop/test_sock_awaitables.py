@@ -153,3 +153,30 @@ def test_sock_recv_created_before_close_never_reads_a_reused_fd(loop):
     finally:
         a.close()
         b.close()
+
+
+def test_the_coroutine_protocol_driven_by_hand(loop, pair):
+    # `await` takes the native awaitable's `am_send` slot; `send`/`__next__` by hand must still
+    # end in StopIteration carrying the result, whether or not the operation had to wait.
+    left, right = pair
+    right.send(b"ready")
+    op = loop.sock_recv(left, 100)
+    with pytest.raises(StopIteration) as finished:
+        op.send(None)
+    assert finished.value.value == b"ready"
+
+    op = loop.sock_recv(left, 100)
+    waiting = op.__await__()
+    fut = waiting.send(None)
+    assert isinstance(fut, asyncio.Future)
+    right.send(b"later")
+    loop.run_until_complete(fut)
+    with pytest.raises(StopIteration) as finished:
+        next(waiting)
+    assert finished.value.value == b"later"
+
+    op = loop.sock_sendall(left, b"sent")
+    with pytest.raises(StopIteration) as finished:
+        op.send(None)
+    assert finished.value.value is None
+    assert right.recv(100) == b"sent"

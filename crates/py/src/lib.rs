@@ -49,6 +49,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<transport::DatagramCore>()?;
     m.add_class::<transport::TlsRecords>()?;
     server::install_ready_am_send(m.py());
+    sock_ops::install_op_am_send(m.py());
     native_call::init(m.py());
     m.add_class::<task_registry::TaskRegistry>()?;
     task_base::check_layout(m.py())?;

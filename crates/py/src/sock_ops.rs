@@ -143,6 +143,109 @@ pub(crate) fn stop_iteration(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyErr 
     PyErr::fetch(py)
 }
 
+/// Where one step of the coroutine protocol left the operation.
+pub(crate) enum Step {
+    /// Suspended: the value to hand to whoever drives the await (the Future, to the Task).
+    Yield(Py<PyAny>),
+    /// Finished with this result.
+    Return(Py<PyAny>),
+}
+
+impl Step {
+    /// As the Python-level `send`/`__next__`/`throw` return it: a yield as the value, the end
+    /// as `StopIteration(result)`.
+    fn into_python(self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        match self {
+            Self::Yield(v) => Ok(Some(v)),
+            Self::Return(v) => Err(stop_iteration(py, v.bind(py))),
+        }
+    }
+}
+
+/// `PyIter_Send`: one step of `it` (the Future's `__await__` iterator) with `value` sent in, its
+/// end returned as a value rather than raised as `StopIteration` (the C Future's iterator has
+/// an `am_send` slot; for others CPython calls `__next__`/`send` and takes the exception apart).
+fn iter_send(it: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<Step> {
+    let py = it.py();
+    let mut out: *mut ffi::PyObject = std::ptr::null_mut();
+    // SAFETY: we hold the GIL; `it` and `value` are live; `out` is a valid slot for the result.
+    let res = unsafe { ffi::PyIter_Send(it.as_ptr(), value.as_ptr(), &raw mut out) };
+    match res {
+        ffi::PySendResult::PYGEN_NEXT => {
+            // SAFETY: on NEXT, `out` holds a new reference.
+            Ok(Step::Yield(
+                unsafe { Bound::from_owned_ptr(py, out) }.unbind(),
+            ))
+        }
+        ffi::PySendResult::PYGEN_RETURN => {
+            // SAFETY: on RETURN, `out` holds a new reference.
+            Ok(Step::Return(
+                unsafe { Bound::from_owned_ptr(py, out) }.unbind(),
+            ))
+        }
+        ffi::PySendResult::PYGEN_ERROR => Err(PyErr::fetch(py)),
+    }
+}
+
+/// `SocketOperation`'s `am_send`: `await op` in a coroutine is CPython's `SEND`, which calls
+/// this slot when the type has one and otherwise `__next__`, whose result would travel in a
+/// `StopIteration` created, raised, caught and freed on every await that finishes.
+///
+/// # Safety
+/// Called by CPython only, with the GIL held, on an instance of `SocketOperation` (the slot is
+/// on that type, which cannot be subclassed); `result` points to where the value goes.
+unsafe extern "C" fn op_am_send(
+    slf: *mut ffi::PyObject,
+    arg: *mut ffi::PyObject,
+    result: *mut *mut ffi::PyObject,
+) -> ffi::PySendResult {
+    // Inside PyO3's attach scope: a coroutine may drive the operation where no PyO3 frame is on
+    // the stack, and a dropped `Py` must be released at once there, not queued.
+    Python::attach(|py| {
+        // SAFETY: `slf` is a live, borrowed `SocketOperation` and `arg` a live, borrowed object
+        // (see the function's contract).
+        let (op, arg) = unsafe {
+            (
+                Borrowed::from_ptr(py, slf).cast_unchecked::<SocketOperation>(),
+                Borrowed::from_ptr(py, arg),
+            )
+        };
+        let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            SocketOperation::send_step(&op, &arg)
+        }))
+        .unwrap_or_else(|_| {
+            Err(pyo3::panic::PanicException::new_err(
+                "panic in a ferroloop socket operation",
+            ))
+        });
+        let (value, status) = match stepped {
+            Ok(Step::Yield(v)) => (v.into_ptr(), ffi::PySendResult::PYGEN_NEXT),
+            Ok(Step::Return(v)) => (v.into_ptr(), ffi::PySendResult::PYGEN_RETURN),
+            Err(e) => {
+                e.restore(py);
+                (std::ptr::null_mut(), ffi::PySendResult::PYGEN_ERROR)
+            }
+        };
+        // SAFETY: `result` is valid for a write; a new reference (or NULL on error) goes there.
+        unsafe { *result = value };
+        status
+    })
+}
+
+/// Puts `op_am_send` in `SocketOperation`'s async slots (PyO3 has no way to declare `am_send`).
+pub fn install_op_am_send(py: Python<'_>) {
+    let tp = <SocketOperation as pyo3::PyTypeInfo>::type_object_raw(py);
+    // SAFETY: `SocketOperation` is a heap type created by PyO3 with an `am_await` slot, so
+    // `tp_as_async` points into its own `PyHeapTypeObject`, writable and alive as long as the
+    // type. This runs with the GIL held during module initialisation, before any instance exists.
+    unsafe {
+        let slots = (*tp).tp_as_async;
+        if !slots.is_null() {
+            (*slots).am_send = Some(op_am_send);
+        }
+    }
+}
+
 /// What `throw(typ, val)` raises on an awaitable that is not suspended: `val` if given, else
 /// `typ`, instantiated if it is a class.
 pub(crate) fn thrown(typ: &Bound<'_, PyAny>, val: Option<&Bound<'_, PyAny>>) -> PyErr {
@@ -261,14 +364,14 @@ impl SocketOperation {
     }
 
     /// First step: the syscall at once, or register interest and delegate to a Future.
-    fn start(slf: &Bound<'_, Self>) -> PyResult<Option<Py<PyAny>>> {
+    fn start(slf: &Bound<'_, Self>) -> PyResult<Step> {
         let py = slf.py();
         let this = slf.get();
         let attempt = this.attempt(py);
         match attempt {
             Ok(Attempt::Finished(v)) => {
                 *this.state.borrow(py)? = OpState::Done;
-                Err(stop_iteration(py, v.bind(py)))
+                Ok(Step::Return(v))
             }
             Err(e) => {
                 *this.state.borrow(py)? = OpState::Done;
@@ -292,12 +395,19 @@ impl SocketOperation {
                 *this.registration.borrow(py)? = Some((handle, fd));
                 fut.call_method1(intern!(py, "add_done_callback"), (slf,))?;
                 let fut_iter = fut.call_method0(intern!(py, "__await__"))?;
-                let first = fut_iter.call_method0(intern!(py, "__next__"))?.unbind();
+                let first = match iter_send(&fut_iter, &py.None().into_bound(py))? {
+                    Step::Yield(first) => first,
+                    // A Future that is done at once (a subclass's create_future): no wait.
+                    Step::Return(v) => {
+                        *this.state.borrow(py)? = OpState::Done;
+                        return Ok(Step::Return(v));
+                    }
+                };
                 *this.state.borrow(py)? = OpState::Waiting {
                     fut: fut.unbind(),
                     fut_iter: fut_iter.unbind(),
                 };
-                Ok(Some(first))
+                Ok(Step::Yield(first))
             }
         }
     }
@@ -305,22 +415,44 @@ impl SocketOperation {
     /// Delegates one protocol step to the Future's iterator; marks the op done when it ends.
     fn delegate<'py>(
         slf: &Bound<'py, Self>,
-        step: impl FnOnce(&Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>>,
-    ) -> PyResult<Option<Py<PyAny>>> {
+        step: impl FnOnce(&Bound<'py, PyAny>) -> PyResult<Step>,
+    ) -> PyResult<Step> {
         let py = slf.py();
         let fut_iter = match &*slf.get().state.borrow(py)? {
             OpState::Waiting { fut_iter, .. } => fut_iter.clone_ref(py),
             _ => unreachable!("delegate is only called while waiting"),
         };
         let fut_iter = fut_iter.into_bound(py);
-        match step(&fut_iter) {
-            Ok(v) => Ok(Some(v.unbind())),
-            Err(e) => {
-                let finished = std::mem::replace(&mut *slf.get().state.borrow(py)?, OpState::Done);
-                drop(finished);
-                Err(e)
-            }
+        let stepped = step(&fut_iter);
+        if !matches!(stepped, Ok(Step::Yield(_))) {
+            let finished = std::mem::replace(&mut *slf.get().state.borrow(py)?, OpState::Done);
+            drop(finished);
         }
+        stepped
+    }
+
+    /// One step of the coroutine protocol with `value` sent in: what `send` and the `am_send`
+    /// slot share.
+    fn send_step(slf: &Bound<'_, Self>, value: &Bound<'_, PyAny>) -> PyResult<Step> {
+        let py = slf.py();
+        let starting = match &*slf.get().state.borrow(py)? {
+            OpState::Start => true,
+            OpState::Waiting { .. } => false,
+            OpState::Done => {
+                return Err(PyRuntimeError::new_err(
+                    "cannot reuse already awaited coroutine",
+                ))
+            }
+        };
+        if starting {
+            if !value.is_none() {
+                return Err(PyTypeError::new_err(
+                    "can't send non-None value to a just-started coroutine",
+                ));
+            }
+            return Self::start(slf);
+        }
+        Self::delegate(slf, |it| iter_send(it, value))
     }
 
     /// The reader/writer handle fired: retry, and complete the Future unless it would block.
@@ -368,31 +500,7 @@ impl SocketOperation {
     }
 
     fn send(slf: &Bound<'_, Self>, value: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
-        let py = slf.py();
-        let starting = match &*slf.get().state.borrow(py)? {
-            OpState::Start => true,
-            OpState::Waiting { .. } => false,
-            OpState::Done => {
-                return Err(PyRuntimeError::new_err(
-                    "cannot reuse already awaited coroutine",
-                ))
-            }
-        };
-        if starting {
-            if !value.is_none() {
-                return Err(PyTypeError::new_err(
-                    "can't send non-None value to a just-started coroutine",
-                ));
-            }
-            return Self::start(slf);
-        }
-        Self::delegate(slf, |it| {
-            if value.is_none() {
-                it.call_method0(intern!(py, "__next__"))
-            } else {
-                it.call_method1(intern!(py, "send"), (value,))
-            }
-        })
+        Self::send_step(slf, value)?.into_python(slf.py())
     }
 
     #[pyo3(signature = (typ, val=None, tb=None))]
@@ -423,9 +531,10 @@ impl SocketOperation {
                 [Some(typ), val, tb].into_iter().flatten().collect();
             let args = PyTuple::new(py, given)?;
             it.call_method1(intern!(py, "throw"), args)
+                .map(|v| Step::Yield(v.unbind()))
         });
         fut.bind(py).call_method0(intern!(py, "cancel"))?;
-        result
+        result?.into_python(py)
     }
 
     fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
