@@ -1,7 +1,8 @@
 //! Native callables that the loop calls without CPython's call machinery.
 //!
 //! The loop's fd callbacks for native objects (the server's listener and connections, the stream
-//! and datagram transport cores) and the server's task done callback (`RequestCycle`) are PyO3
+//! and datagram transport cores, a waiting `sock_*` operation, which is also its Future's done
+//! callback) and the server's task done callback (`RequestCycle`) are PyO3
 //! classes with `__call__`. Called through Python, each call builds an argument tuple
 //! (`_PyObject_MakeTpCall`, since a PyO3 class has no vectorcall slot), goes through PyO3's
 //! trampoline and its generic argument extraction, and frees the tuple: under callgrind about 600
@@ -26,6 +27,7 @@ use pyo3::{PyClass, PyTypeInfo};
 
 use crate::handle::CallArgs;
 use crate::server::{Conn, Cycle, HttpServer};
+use crate::sock_ops::SocketOperation;
 use crate::transport::{DatagramCore, StreamCore};
 
 /// `callback(*args)` for a native type, with the handle's arguments: none, or one.
@@ -42,6 +44,10 @@ pub(crate) fn init(py: Python<'_>) {
         (Cycle::type_object_raw(py), Cycle::native_call),
         (HttpServer::type_object_raw(py), HttpServer::native_call),
         (DatagramCore::type_object_raw(py), DatagramCore::native_call),
+        (
+            SocketOperation::type_object_raw(py),
+            SocketOperation::native_call,
+        ),
     ];
     let table = table.into_iter().map(|(t, f)| (t as usize, f)).collect();
     let _ = TABLE.set(py, table);

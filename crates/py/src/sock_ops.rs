@@ -53,7 +53,8 @@ enum OpState {
 /// What one syscall attempt achieved.
 enum Attempt {
     Finished(Py<PyAny>),
-    WouldBlock,
+    /// Not now: wait for the fd (the number the attempt used) to be ready.
+    WouldBlock(RawFd),
 }
 
 #[pyclass(module = "ferroloop", name = "SocketOperation", frozen)]
@@ -353,7 +354,7 @@ impl SocketOperation {
                 continue;
             }
             if would_block(errno) {
-                return Ok(Attempt::WouldBlock);
+                return Ok(Attempt::WouldBlock(fd));
             }
             // Restore errno for PyErr_SetFromErrno.
             // SAFETY: __errno_location always returns this thread's valid errno slot.
@@ -377,10 +378,9 @@ impl SocketOperation {
                 *this.state.borrow(py)? = OpState::Done;
                 Err(e)
             }
-            Ok(Attempt::WouldBlock) => {
+            Ok(Attempt::WouldBlock(fd)) => {
                 let lp = this.loop_.bind(py);
                 let fut = lp.call_method0(intern!(py, "create_future"))?;
-                let fd = this.fd(py)?;
                 let fd_obj = PyInt::new(py, fd);
                 // As asyncio: waiting on a socket that a transport owns is an error.
                 LoopCore::ensure_no_transport(lp, fd_obj.as_any())?;
@@ -466,7 +466,7 @@ impl SocketOperation {
             return Ok(());
         }
         match self.attempt(py) {
-            Ok(Attempt::WouldBlock) => Ok(()),
+            Ok(Attempt::WouldBlock(_)) => Ok(()),
             Ok(Attempt::Finished(v)) => fut.call_method1(intern!(py, "set_result"), (v,)).map(drop),
             Err(e) => fut
                 .call_method1(intern!(py, "set_exception"), (e.into_value(py),))
@@ -488,6 +488,13 @@ impl SocketOperation {
         LoopCore::remove_fd_handle_as(lp, fd.as_any(), self.writes(py)?, true).map(drop)
     }
 }
+
+// The loop calls a waiting operation directly (`native_call.rs`): with no argument when its fd
+// is ready, with its Future when that is done, as `__call__` below.
+crate::native_call::native_call!(SocketOperation, |slf, arg| Some(match arg {
+    None => slf.get().on_ready(slf.py()),
+    Some(_) => slf.get().on_done(slf.py()),
+}));
 
 #[pymethods]
 impl SocketOperation {
