@@ -11,11 +11,16 @@
 //!   coroutine protocol is delegated to `future.__await__()`. When the fd is ready the handle
 //!   calls the op, which retries the syscall and completes the Future.
 //! - The registration is kept apart from the state: the Future's done callback (the op again,
-//!   called with the Future) takes it exactly once and removes it from the poller unless another
-//!   operation replaced it meanwhile — asyncio's `_sock_read_done`/`_sock_write_done` rule. Every
+//!   called with the Future) takes it exactly once and releases it (parked until the next poll,
+//!   `fds.rs`) unless another operation replaced it meanwhile — asyncio's
+//!   `_sock_read_done`/`_sock_write_done` rule. Every
 //!   way out of `Waiting` (result, error, cancel, `throw`, `close`) completes or cancels the
 //!   Future, so the fd always leaves the poller.
 //! - `Done`: awaited to the end; awaiting again is a `RuntimeError`, as for a coroutine.
+//!
+//! `await` on CPython 3.11 goes through the `am_send` slot (`op_am_send`), which returns a
+//! finished operation's result as a value; `send`/`__next__`/`throw` raise `StopIteration` as a
+//! coroutine does. Both are `send_step`.
 //!
 //! Only exact `socket.socket` objects take this path (`LoopCore::sock_*` checks); anything else
 //! (SSL sockets, wrappers, test doubles) uses the Python implementation in `_sockets.py`.
@@ -188,9 +193,10 @@ fn iter_send(it: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<Step> 
     }
 }
 
-/// `SocketOperation`'s `am_send`: `await op` in a coroutine is CPython's `SEND`, which calls
-/// this slot when the type has one and otherwise `__next__`, whose result would travel in a
-/// `StopIteration` created, raised, caught and freed on every await that finishes.
+/// `SocketOperation`'s `am_send`: `await op` in a coroutine is CPython's `SEND`, which in 3.11
+/// calls this slot when the type has one; otherwise (and in interpreters that call `__next__`
+/// for `await`) the result travels in a `StopIteration` created, raised, caught and freed on
+/// every await that finishes.
 ///
 /// # Safety
 /// Called by CPython only, with the GIL held, on an instance of `SocketOperation` (the slot is
