@@ -1,7 +1,6 @@
 //! Raw `METH_FASTCALL | METH_KEYWORDS` entry points for `call_soon`, `call_later` and `call_at`,
 //! the loop's hottest methods (every `Future` callback and `Task` step goes through `call_soon`,
 //! usually with `context=`; every sleep, timeout and `wait_for` through the timer methods), and
-//! `call_soon_threadsafe` (every executor result and every other thread's hand-over), and
 //! `METH_NOARGS` ones for `get_debug`, which the C `Future.__init__` calls for every Future and
 //! Task, and `create_future`.
 //!
@@ -95,6 +94,23 @@ impl MethodDef {
     }
 }
 
+/// Puts `send` in the `am_send` slot of `tp`, a PyO3 class with an `am_await` slot (PyO3 has no
+/// way to declare `am_send`).
+///
+/// # Safety
+/// `send` must accept every instance of `tp`; call it with the GIL held, at module
+/// initialisation, before any instance exists.
+pub(crate) unsafe fn install_am_send(tp: *mut ffi::PyTypeObject, send: ffi::sendfunc) {
+    // SAFETY: `tp` is a live heap type created by PyO3 with an `am_await` slot, so `tp_as_async`
+    // points into its own `PyHeapTypeObject`, writable and alive as long as the type.
+    unsafe {
+        let slots = (*tp).tp_as_async;
+        if !slots.is_null() {
+            (*slots).am_send = Some(send);
+        }
+    }
+}
+
 /// A built-in function made from `def`, bound to `slf` (CPython passes it back as `self`).
 ///
 /// # Safety
@@ -139,11 +155,6 @@ static CALL_SOON: MethodDef = MethodDef::fastcall_keywords(
     call_soon_fast,
     c"call_soon(callback, *args, context=None)\n--\n\nArrange for callback(*args) to be called soon.",
 );
-static CALL_SOON_THREADSAFE: MethodDef = MethodDef::fastcall_keywords(
-    c"call_soon_threadsafe",
-    call_soon_threadsafe_fast,
-    c"call_soon_threadsafe(callback, *args, context=None)\n--\n\nLike call_soon(), but thread-safe.",
-);
 static CALL_LATER: MethodDef = MethodDef::fastcall_keywords(
     c"call_later",
     call_later_fast,
@@ -176,8 +187,8 @@ static GET_DEBUG: MethodDef = MethodDef::meth_noargs(
     c"get_debug()\n--\n\nWhether the loop is in debug mode.",
 );
 
-/// Puts the fast `call_soon`, `call_soon_threadsafe`, `call_later`, `call_at`, `create_task`,
-/// `create_future` and `get_debug` on `cls` (a subclass of `LoopCore`).
+/// Puts the fast `call_soon`, `call_later`, `call_at`, `create_task`, `create_future` and
+/// `get_debug` on `cls` (a subclass of `LoopCore`).
 #[pyfunction]
 pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
     let cls: &Bound<'_, PyType> = cls.cast()?;
@@ -189,7 +200,6 @@ pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
     // `call_soon` binds once per loop and calls its function directly (`cached_method.rs`).
     cls.setattr("call_soon", crate::cached_method::wrap(&CALL_SOON, cls)?)?;
     for (name, def) in [
-        ("call_soon_threadsafe", &CALL_SOON_THREADSAFE),
         ("call_later", &CALL_LATER),
         ("call_at", &CALL_AT),
         ("create_task", &CREATE_TASK),
@@ -205,7 +215,6 @@ pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
 #[derive(Clone, Copy)]
 enum Method {
     Soon,
-    Threadsafe,
     Later,
     At,
 }
@@ -214,7 +223,6 @@ impl Method {
     fn name(self) -> &'static str {
         match self {
             Self::Soon => "call_soon",
-            Self::Threadsafe => "call_soon_threadsafe",
             Self::Later => "call_later",
             Self::At => "call_at",
         }
@@ -223,7 +231,7 @@ impl Method {
     /// Positional arguments before `*args`: `callback`, preceded by `delay`/`when`.
     fn fixed(self) -> usize {
         match self {
-            Self::Soon | Self::Threadsafe => 1,
+            Self::Soon => 1,
             Self::Later | Self::At => 2,
         }
     }
@@ -385,22 +393,6 @@ unsafe extern "C" fn create_task_fast(
 }
 
 fast_entry!(call_soon_fast, Method::Soon);
-
-/// `call_soon_threadsafe`'s entry: mostly called from threads with no PyO3 frame on the stack,
-/// so inside PyO3's attach scope (`attached_entry`), where a dropped `Py` is released at once
-/// rather than queued in PyO3's pool.
-unsafe extern "C" fn call_soon_threadsafe_fast(
-    slf: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargsf: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    attached_entry(|py| {
-        // SAFETY: see the module invariants: a live LoopCore instance and
-        // `nargs + len(kwnames)` borrowed argument pointers.
-        unsafe { dispatch(py, Method::Threadsafe, slf, args, nargsf, kwnames) }
-    })
-}
 fast_entry!(call_later_fast, Method::Later);
 fast_entry!(call_at_fast, Method::At);
 
@@ -458,9 +450,6 @@ unsafe fn dispatch(
     let callback = arg(fixed - 1);
     let handle: Py<PyAny> = match method {
         Method::Soon => LoopCore::call_soon_impl(core, callback, rest, context)?.into_any(),
-        Method::Threadsafe => {
-            LoopCore::call_soon_threadsafe_impl(core, callback, rest, context)?.into_any()
-        }
         Method::Later => {
             LoopCore::call_later_impl(core, arg(0), callback, rest, context)?.into_any()
         }

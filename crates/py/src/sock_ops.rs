@@ -239,18 +239,12 @@ unsafe extern "C" fn op_am_send(
     })
 }
 
-/// Puts `op_am_send` in `SocketOperation`'s async slots (PyO3 has no way to declare `am_send`).
+/// Puts `op_am_send` in `SocketOperation`'s async slots.
 pub fn install_op_am_send(py: Python<'_>) {
     let tp = <SocketOperation as pyo3::PyTypeInfo>::type_object_raw(py);
-    // SAFETY: `SocketOperation` is a heap type created by PyO3 with an `am_await` slot, so
-    // `tp_as_async` points into its own `PyHeapTypeObject`, writable and alive as long as the
-    // type. This runs with the GIL held during module initialisation, before any instance exists.
-    unsafe {
-        let slots = (*tp).tp_as_async;
-        if !slots.is_null() {
-            (*slots).am_send = Some(op_am_send);
-        }
-    }
+    // SAFETY: `op_am_send` takes any `SocketOperation`; this runs during module initialisation
+    // with the GIL held, before any instance exists.
+    unsafe { crate::fastcall::install_am_send(tp, op_am_send) };
 }
 
 /// What `throw(typ, val)` raises on an awaitable that is not suspended: `val` if given, else

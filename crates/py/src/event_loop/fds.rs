@@ -100,19 +100,15 @@ impl LoopCore {
         // dict (the usual case) has no transport, found without its Python `__len__` (about
         // 1,400 instructions per `add_reader`/`remove_reader` pair under callgrind). Anything
         // else goes to asyncio's check.
-        if fd.is_exact_instance_of::<PyInt>() {
-            if let Ok(data) = transports.getattr(intern!(py, "data")) {
-                if let Ok(data) = data.cast_exact::<PyDict>() {
-                    if data.get_item(fd)?.is_none() {
-                        return Ok(());
-                    }
-                    return slf
-                        .call_method1(intern!(py, "_ensure_fd_no_transport"), (fd,))
-                        .map(drop);
-                }
-            }
-        }
-        if transports.len()? == 0 {
+        let data = fd
+            .is_exact_instance_of::<PyInt>()
+            .then(|| transports.getattr(intern!(py, "data")).ok())
+            .flatten();
+        let none_owns = match data.as_ref().and_then(|d| d.cast_exact::<PyDict>().ok()) {
+            Some(data) => data.get_item(fd)?.is_none(),
+            None => transports.len()? == 0,
+        };
+        if none_owns {
             return Ok(());
         }
         slf.call_method1(intern!(py, "_ensure_fd_no_transport"), (fd,))
@@ -148,7 +144,7 @@ impl LoopCore {
             return Err(closed_error());
         }
         let debug = this.flags.debug();
-        let handle = Py::new(
+        let handle = crate::handle_alloc::new_handle(
             py,
             Self::make_handle(
                 slf,

@@ -440,57 +440,6 @@ impl LoopCore {
         Ok(handle)
     }
 
-    /// `call_soon_threadsafe` (the PyO3 method and the raw fast entry, `fastcall.rs`).
-    pub(crate) fn call_soon_threadsafe_impl(
-        slf: &Bound<'_, Self>,
-        callback: &Bound<'_, PyAny>,
-        args: CallArgs,
-        context: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Py<Handle>> {
-        let py = slf.py();
-        let this = slf.get();
-        if this.flags.closed() {
-            return Err(closed_error());
-        }
-        let debug = this.flags.debug();
-        let handle = crate::handle_alloc::new_handle(
-            py,
-            Self::make_handle(
-                slf,
-                Some("call_soon_threadsafe"),
-                callback,
-                args,
-                context,
-                debug,
-            )?,
-        )?;
-        let tid = this.state.borrow(py)?.thread_id;
-        if tid.is_none_or(|t| t == current_thread_ident()) {
-            // On the loop's own thread (or a loop nobody runs) nothing can be asleep in epoll:
-            // queue directly, after anything injected earlier, so FIFO holds as in asyncio.
-            this.drain_injector(py)?;
-            this.state
-                .borrow(py)?
-                .ready
-                .push(handle.clone_ref(py).into());
-        } else {
-            // Out of the collector's lists while queued (see handle.rs).
-            crate::handle::gc_untrack(&handle);
-            let queued = Injected::Handle(handle.clone_ref(py));
-            let Some(ticket) = this.shared.injector.push_deferred(queued) else {
-                return Ok(handle);
-            };
-            // The loop sleeps in epoll with the GIL released; the eventfd is written without
-            // the GIL (as asyncio's self-pipe `send` is), so the woken loop finds it free and
-            // runs the callback at once, instead of blocking on it until this thread lets go
-            // (on a shared core: a switch back here and a second wake-up). Wake latency p50
-            // 13.7 -> 7.0 us in benchmarks/loop/threadsafe.py; a producer pushing a stream keeps
-            // its throughput, as only the push that finds the loop asleep writes.
-            crate::gil::detach(py, || ticket.wake())?;
-        }
-        Ok(handle)
-    }
-
     /// Queues `context.run(step, *arg)` as a `Ready::Step` entry, without a `Handle`: a C Task's
     /// step or wake-up (`call_soon_impl`), a `ferroloop.Task`'s done callback (`task.rs`).
     /// Handles other threads queued earlier go first, as for `call_soon`.
@@ -794,12 +743,48 @@ impl LoopCore {
         args: Bound<'_, PyTuple>,
         context: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        Self::call_soon_threadsafe_impl(
-            slf,
-            callback,
-            CallArgs::from_tuple(args)?,
-            context.as_ref(),
-        )
+        let py = slf.py();
+        let this = slf.get();
+        if this.flags.closed() {
+            return Err(closed_error());
+        }
+        let debug = this.flags.debug();
+        let handle = crate::handle_alloc::new_handle(
+            py,
+            Self::make_handle(
+                slf,
+                Some("call_soon_threadsafe"),
+                callback,
+                CallArgs::from_tuple(args)?,
+                context.as_ref(),
+                debug,
+            )?,
+        )?;
+        let tid = this.state.borrow(py)?.thread_id;
+        if tid.is_none_or(|t| t == current_thread_ident()) {
+            // On the loop's own thread (or a loop nobody runs) nothing can be asleep in epoll:
+            // queue directly, after anything injected earlier, so FIFO holds as in asyncio.
+            this.drain_injector(py)?;
+            this.state
+                .borrow(py)?
+                .ready
+                .push(handle.clone_ref(py).into());
+        } else {
+            // Out of the collector's lists while queued (see handle.rs).
+            crate::handle::gc_untrack(&handle);
+            let queued = Injected::Handle(handle.clone_ref(py));
+            let Some(ticket) = this.shared.injector.push_deferred(queued) else {
+                return Ok(handle);
+            };
+            // The loop sleeps in epoll with the GIL released; the eventfd is written without
+            // the GIL (as asyncio's self-pipe `send` is), so the woken loop finds it free and
+            // runs the callback at once, instead of blocking on it until this thread lets go
+            // (on a shared core: a switch back here and a second wake-up). Wake latency p50
+            // 13.7 -> 7.0 us in benchmarks/loop/threadsafe.py; a producer pushing a stream keeps
+            // its throughput, as only the push that finds the loop asleep writes.
+            crate::gil::detach(py, || ticket.wake())?;
+        }
+        Ok(handle)
     }
 
     #[pyo3(signature = (delay, callback, *args, context=None))]

@@ -107,18 +107,11 @@ unsafe extern "C" fn ready_am_send(
     ffi::PySendResult::PYGEN_RETURN
 }
 
-/// Puts `ready_am_send` in `Ready`'s async slots (PyO3 has no way to declare `am_send`).
+/// Puts `ready_am_send` in `Ready`'s async slots.
 pub fn install_ready_am_send(py: Python<'_>) {
-    let tp = Ready::type_object_raw(py);
-    // SAFETY: `Ready` is a heap type created by PyO3 with an `am_await` slot, so `tp_as_async`
-    // points into its own `PyHeapTypeObject`, writable and alive as long as the type. This runs
-    // with the GIL held during module initialisation, before any `Ready` exists.
-    unsafe {
-        let slots = (*tp).tp_as_async;
-        if !slots.is_null() {
-            (*slots).am_send = Some(ready_am_send);
-        }
-    }
+    // SAFETY: `ready_am_send` takes any `Ready`; this runs during module initialisation with the
+    // GIL held, before any `Ready` exists.
+    unsafe { crate::fastcall::install_am_send(Ready::type_object_raw(py), ready_am_send) };
 }
 
 static RECEIVE: MethodDef = MethodDef::meth_noargs(
