@@ -70,7 +70,7 @@ def _build_c_client() -> tuple[str | None, str]:
     return str(exe), ""
 
 
-def _client_command(transport: str) -> Callable[[dict], list[str]]:
+def client_command(transport: str) -> Callable[[dict], list[str]]:
     """How to start the client for TRANSPORT, given its config; builds the C client once."""
     if _client == "python":
         return lambda config: [sys.executable, PYTHON_CLIENT, json.dumps(config)]
@@ -113,16 +113,17 @@ def _run_client(command: list[str], pin: list[str], timeout: float) -> dict:
     return parse_result(client.stdout, client.stderr, "echo client")
 
 
-def _serve_and_load(
-    bench: str,
-    loop_name: str,
+def serve_and_load(
+    server_command: list[str],
     server_params: dict,
     client_config: dict,
-    client_command: Callable[[dict], list[str]],
+    make_client: Callable[[dict], list[str]],
     pins: tuple[list, list],
 ) -> tuple[dict, dict]:
+    """Start SERVER_COMMAND (already pinned), run the client against the address it prints,
+    and return (the server's result, the client's result)."""
     server = subprocess.Popen(
-        child_command(pins[0], bench, "serve", loop_name, json.dumps(server_params)),
+        server_command,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -130,7 +131,7 @@ def _serve_and_load(
     try:
         client_config["address"] = _read_address(server, ANNOUNCE_TIMEOUT_S)
         planned = CLIENT_SETUP_S + server_params["warmup_s"] + server_params["duration_s"]
-        command = client_command(client_config)
+        command = make_client(client_config)
         client_result = _run_client(command, pins[1], planned + GRACE_S)
         try:
             out, err = server.communicate(timeout=GRACE_S)
@@ -164,14 +165,17 @@ def measure(
     and client_extra reach only that side (certificate paths, say), so they stay out of the
     recorded params.
     """
-    client_command = _client_command(transport)
+    make_client = client_command(transport)
     with tempfile.TemporaryDirectory(prefix="ferroloop-bench-") as tmp:
         server_params = {**params, **(server_extra or {})}
         if transport == "unix":
             server_params["path"] = str(Path(tmp) / "echo.sock")
         client_config = {"transport": transport, **params, **(client_extra or {})}
-        result, client = _serve_and_load(
-            bench, loop_name, server_params, client_config, client_command, pins
+        server_command = child_command(
+            pins[0], bench, "serve", loop_name, json.dumps(server_params)
+        )
+        result, client = serve_and_load(
+            server_command, server_params, client_config, make_client, pins
         )
     result["metrics"]["msgs_per_s"] = client["msgs_per_s"]
     result["problems"] += client["problems"]

@@ -25,18 +25,7 @@ def summarize(cases: list[dict], modules: dict) -> list[dict]:
         for metric in modules[case["bench"]].METRICS:
             if not metric.applies_to(case["case"]):
                 continue
-            stats = {}
-            for loop_name, samples in case["runs"].items():
-                values = [s["metrics"][metric.key] for s in samples if "error" not in s]
-                values = [v for v in values if v == v]  # drop NaN
-                stats[loop_name] = {
-                    "min": min(values, default=None),
-                    "median": statistics.median(values) if values else None,
-                    "max": max(values, default=None),
-                    "runs": len(samples),
-                    "failed": len(samples) - len(values),
-                    "unsupported": sum(1 for s in samples if s.get("unsupported")),
-                }
+            stats = {name: _stats(samples, metric.key) for name, samples in case["runs"].items()}
             ratios = {}
             ferro = stats.get("ferroloop", {}).get("median")
             for peer in loops.PEERS:
@@ -44,19 +33,62 @@ def summarize(cases: list[dict], modules: dict) -> list[dict]:
                 if ferro is not None and peer_median:
                     ratios[peer] = ferro / peer_median
             title = f"{metric.title} ({case['case']})" if case["case"] else metric.title
-            tables.append(
-                {
-                    "bench": case["bench"],
-                    "case": case["case"],
-                    "metric": metric.key,
-                    "title": title,
-                    "unit": metric.unit,
-                    "higher_is_better": metric.higher_is_better,
-                    "stats": stats,
-                    "ferroloop_over_peer": ratios,
-                }
-            )
+            table = {
+                "bench": case["bench"],
+                "case": case["case"],
+                "metric": metric.key,
+                "title": title,
+                "unit": metric.unit,
+                "higher_is_better": metric.higher_is_better,
+                "stats": stats,
+                "ferroloop_over_peer": ratios,
+            }
+            if "floor" in case:  # the same work in C with no Python (echo_floor.py)
+                table["floor"] = _stats(case["floor"], metric.key)
+            tables.append(table)
     return tables
+
+
+def _stats(samples: list[dict], key: str) -> dict:
+    """Median, min and max of one metric over the samples that did not fail."""
+    values = [s["metrics"][key] for s in samples if "error" not in s]
+    values = [v for v in values if v == v]  # drop NaN
+    return {
+        "min": min(values, default=None),
+        "median": statistics.median(values) if values else None,
+        "max": max(values, default=None),
+        "runs": len(samples),
+        "failed": len(samples) - len(values),
+        "unsupported": sum(1 for s in samples if s.get("unsupported")),
+    }
+
+
+def _floor_lines(t: dict) -> list[str]:
+    """Under an echo table: the C floor's figure, and what it leaves room for over each loop."""
+    floor = t.get("floor")
+    if floor is None:
+        return []
+    if floor["median"] is None:
+        return [f"C floor (`echo_floor.c`): not measured ({floor['failed']} failed runs).", ""]
+    line = (
+        f"C floor (`echo_floor.c`, the same echo in C with no Python, same client and pinning, "
+        f"a run after each repeat's loops): median {fmt(floor['median'])} {t['unit']} "
+        f"(min {fmt(floor['min'])}, max {fmt(floor['max'])})"
+    )
+    if floor["failed"]:
+        line += f", {floor['failed']} of {floor['runs']} runs failed"
+    if t["higher_is_better"]:
+        room = [
+            f"{floor['median'] / s['median']:.3g}x {name}"
+            for name, s in t["stats"].items()
+            if s["median"] and name != "ferroloop"
+        ]
+        if room:
+            line += f". No server can beat it here: the most a loop could show is {', '.join(room)}"
+        ferro = t["stats"].get("ferroloop", {}).get("median")
+        if ferro:
+            line += f"; ferroloop reaches {ferro / floor['median']:.0%} of it"
+    return [line + ".", ""]
 
 
 def _ratio_note(higher_is_better: bool) -> str:
@@ -92,7 +124,7 @@ def _table(t: dict) -> list[str]:
             for n in names
         ]
         lines.append("| ferroloop ÷ this loop (medians) | " + " | ".join(cells) + " |")
-    return [*lines, ""]
+    return [*lines, "", *_floor_lines(t)]
 
 
 def _notes(cases: list[dict]) -> list[str]:
@@ -109,6 +141,12 @@ def _notes(cases: list[dict]) -> list[str]:
                     lines += [f"  {line}" for line in sample["error"].splitlines()] + ["  ```"]
                 for problem in sample.get("problems", []):
                     lines.append(f"- **{loop_name}**, {name}, run {i}: {problem}")
+        for i, sample in enumerate(case.get("floor", []), 1):
+            if "error" in sample:
+                lines += [f"- **C floor**, {name}, run {i}: failed", "", "  ```"]
+                lines += [f"  {line}" for line in sample["error"].splitlines()] + ["  ```"]
+            for problem in sample.get("problems", []):
+                lines.append(f"- **C floor**, {name}, run {i}: {problem}")
     return ["## Failures and problems", "", *(lines or ["None."]), ""]
 
 

@@ -158,6 +158,13 @@ def run_cases(
                             unsupported[loop_name] = str(exc)
                     case["runs"][loop_name].append(sample)
                     progress(case_name, rep, args.repeat, loop_name, sample, module.METRICS[0])
+                if hasattr(module, "floor"):  # the same work with no Python (echo_floor.py)
+                    try:
+                        sample = module.floor(params, pins)
+                    except ChildFailed as exc:
+                        sample = {"error": str(exc)}
+                    case.setdefault("floor", []).append(sample)
+                    progress(case_name, rep, args.repeat, "C floor", sample, module.METRICS[0])
             cases.append(case)
     return cases
 

@@ -13,12 +13,15 @@ core 1 (echo_client.c, the same C client for every server loop; see echo_measure
   copies and partial writes count; reported also as MB/s each way (10^6 bytes/s).
 - Server CPU per message (all threads, user + system, over the whole connected period) is what
   a real server pays per request, even when messages/s is capped by the client's core.
+- The floor: echo_floor.c serves the same echo in C, in every repeat (echo_floor.py). No loop's
+  server can beat its messages/s with this client on this machine.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+import echo_floor
 import echo_measure
 import echo_server
 from metric import Metric
@@ -56,3 +59,8 @@ def measure(loop_name: str, params: dict, pins: tuple[list, list]) -> dict:
     result = echo_measure.measure("tcp_proto_echo", loop_name, params, pins, "tcp")
     result["metrics"]["mb_per_s"] = result["metrics"]["msgs_per_s"] * params["size"] / 1e6
     return result
+
+
+def floor(params: dict, pins: tuple[list, list]) -> dict:
+    """The same echo from echo_floor.c, with no Python (see echo_floor.py)."""
+    return echo_floor.measure(params, pins)

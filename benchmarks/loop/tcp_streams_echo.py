@@ -7,13 +7,15 @@ is a coroutine call per write. How much of that a loop makes cheaper (faster fut
 steps, call_soon) is what a user of streams gains. 64 connections each keep one 1 KiB request
 in flight; one task per connection reads exactly one message, writes it back and drains. The
 client is a separate process on core 1 (echo_client.c, the same for every server loop).
-Server CPU per message is reported as for the Protocol echo.
+Server CPU per message is reported as for the Protocol echo, and so is the C floor (echo_floor.c,
+whose echo is the same on the wire).
 """
 
 from __future__ import annotations
 
 import asyncio
 
+import echo_floor
 import echo_measure
 import echo_server
 from metric import Metric
@@ -61,3 +63,8 @@ def serve(loop: asyncio.AbstractEventLoop, params: dict) -> dict:
 
 def measure(loop_name: str, params: dict, pins: tuple[list, list]) -> dict:
     return echo_measure.measure("tcp_streams_echo", loop_name, params, pins, "tcp")
+
+
+def floor(params: dict, pins: tuple[list, list]) -> dict:
+    """The same bytes echoed by echo_floor.c, with no Python (see echo_floor.py)."""
+    return echo_floor.measure(params, pins)
