@@ -12,8 +12,8 @@
  * CLIENTS connections were accepted to the last close, as echo_server.py measures a loop's.
  *
  * Driven by echo_client.c on the other core, its messages/s are what the client and the kernel
- * allow on this machine with no server-side Python cost: the most any loop's server could reach.
- * echo_floor.py runs it; the report prints it next to the loops' Protocol echo rows.
+ * allow on this machine with next to no server-side user-space cost; see echo_floor.py, which
+ * runs it, for what that bounds. The report prints it under the loops' TCP echo tables.
  *
  * Ownership: one `struct conn` per accepted connection, indexed by its fd (fds are small), only
  * touched by main()'s loop; `pending[0, pending_len)` is the unsent tail of the last read.

@@ -1,12 +1,15 @@
-"""The floor under the TCP Protocol echo: the same echo served by C with no Python at all.
+"""The TCP echo served by C with no Python at all, next to the loops' Protocol and streams echoes.
 
 `echo_floor.c` echoes each read back at once from a level-triggered epoll loop, pinned like a
-loop's server and driven by the same client. Its messages/s is what the client's core and the
-kernel's socket work allow on this machine when the server costs nothing in user space: no loop
-can exceed it, so `floor ÷ peer` is the largest ratio over that peer a loop could show here. Its
-server CPU per message is nearly all kernel work, the part every loop pays alike. run.py measures
-it in every repeat of tcp_proto_echo's cases, right after the loops' runs of that repeat, and
-the report prints it under those tables.
+loop's server and driven by the same client, so its server CPU per message is nearly all the
+kernel's socket work, which every loop pays alike, and its messages/s is what the client's core
+and the kernel allow when the server costs next to nothing in user space. At 1 KiB that bounds
+what a loop's server can reach here (`floor ÷ peer` is then the largest ratio over that peer a
+loop could show). At 64 KiB the kernel's copies are nearly all of every server's cost, so a
+loop's server can match it, and messages/s there moves with scheduling as much as with the
+server. run.py measures it in every repeat of tcp_proto_echo's and tcp_streams_echo's cases,
+right after the loops' runs of that repeat; the report prints each loop's median as a share of
+it under those tables.
 """
 
 from __future__ import annotations

@@ -64,30 +64,26 @@ def _stats(samples: list[dict], key: str) -> dict:
 
 
 def _floor_lines(t: dict) -> list[str]:
-    """Under an echo table: the C floor's figure, and what it leaves room for over each loop."""
+    """Under an echo table: the C server's figure, each loop against it (echo_floor.py)."""
     floor = t.get("floor")
     if floor is None:
         return []
     if floor["median"] is None:
         return [f"C floor (`echo_floor.c`): not measured ({floor['failed']} failed runs).", ""]
     line = (
-        f"C floor (`echo_floor.c`, the same echo in C with no Python, same client and pinning, "
-        f"a run after each repeat's loops): median {fmt(floor['median'])} {t['unit']} "
+        f"C floor (`echo_floor.c`, the same echo served in C with no Python, same client and "
+        f"pinning, a run after each repeat's loops): median {fmt(floor['median'])} {t['unit']} "
         f"(min {fmt(floor['min'])}, max {fmt(floor['max'])})"
     )
     if floor["failed"]:
         line += f", {floor['failed']} of {floor['runs']} runs failed"
-    if t["higher_is_better"]:
-        room = [
-            f"{floor['median'] / s['median']:.3g}x {name}"
-            for name, s in t["stats"].items()
-            if s["median"] and name != "ferroloop"
-        ]
-        if room:
-            line += f". No server can beat it here: the most a loop could show is {', '.join(room)}"
-        ferro = t["stats"].get("ferroloop", {}).get("median")
-        if ferro:
-            line += f"; ferroloop reaches {ferro / floor['median']:.0%} of it"
+    shares = [
+        f"{name} {s['median'] / floor['median']:.0%}"
+        for name, s in t["stats"].items()
+        if s["median"] is not None
+    ]
+    if shares:
+        line += f". Each loop's median as a share of it: {', '.join(shares)}"
     return [line + ".", ""]
 
 
