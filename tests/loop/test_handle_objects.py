@@ -300,3 +300,27 @@ def test_handles_expose_their_callback_and_arguments_until_cancelled(loop):
             handle.cancel()
             assert handle._callback is None
             assert handle._args is None
+
+
+def test_a_timer_handle_outliving_its_dropped_unclosed_loop_stays_usable(loop_factory):
+    # The loop is dropped unclosed with a pending timer whose handle the caller keeps. asyncio's
+    # loop stays alive through the handle; ferroloop's may be cleared by the collector (its
+    # pending timers wait outside the collector's lists: docs/usage.md, "A loop dropped
+    # unclosed"). Either way the handle must stay safe to use.
+    def schedule():
+        dropped = loop_factory()
+        return dropped.call_later(3600, greet, "x"), weakref.ref(dropped)
+
+    handle, ref = schedule()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # "unclosed event loop"
+        gc.collect()
+        assert isinstance(handle.when(), float)
+        assert "greet" in repr(handle)
+        assert not handle.cancelled()
+        handle.cancel()
+        assert handle.cancelled()
+        if ref() is not None:  # still alive (asyncio; ferroloop if not cleared): close it
+            ref().close()
+        del handle
+        gc.collect()
