@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
+import threading
 import warnings
 import weakref
+
+import pytest
 
 
 def greet(name):
@@ -222,18 +225,28 @@ def test_an_abandoned_loop_goes_but_what_its_timers_share_with_live_code_stays(l
     # as garbage with them (it would be, were the timer's reference counted twice).
     kept = _Payload()
 
-    def abandon() -> weakref.ref:
-        abandoned = loop_factory()
+    def schedule(abandoned) -> None:
         abandoned.call_later(3600, id, kept)
         abandoned.call_later(3600, abandoned.stop)  # a cycle through the loop itself
+
+    assert _is_collected_once_abandoned(loop_factory, schedule)
+    assert kept.me is kept
+
+
+def _is_collected_once_abandoned(loop_factory, schedule) -> bool:
+    """Makes a loop, lets `schedule(loop)` give it pending work, drops it unclosed and runs
+    the collector: whether the loop was freed."""
+
+    def abandon() -> weakref.ref:
+        abandoned = loop_factory()
+        schedule(abandoned)
         return weakref.ref(abandoned)
 
     ref = abandon()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)  # "unclosed event loop"
         gc.collect()
-    assert ref() is None
-    assert kept.me is kept
+    return ref() is None
 
 
 def test_the_collector_sees_what_a_handle_holds(loop):
@@ -324,3 +337,102 @@ def test_a_timer_handle_outliving_its_dropped_unclosed_loop_stays_usable(loop_fa
             ref().close()
         del handle
         gc.collect()
+
+
+_PAYLOAD: contextvars.ContextVar[object] = contextvars.ContextVar("payload", default=None)
+
+
+def _schedule_in_a_context_holding(loop, payload, delay, callback):
+    """`call_later(delay, callback)` from a context where `_PAYLOAD` is `payload`; that context
+    is dropped after, so only the timer's copy of it holds `payload`."""
+
+    def schedule():
+        _PAYLOAD.set(payload)
+        return loop.call_later(delay, callback)
+
+    return contextvars.copy_context().run(schedule)
+
+
+def test_what_a_pending_timers_own_context_copy_holds_stays_alive_through_collections(loop):
+    seen: list[object] = []
+    payload = _Payload()
+    ref = weakref.ref(payload)
+    _schedule_in_a_context_holding(loop, payload, 0.01, lambda: seen.append(_PAYLOAD.get()))
+    del payload
+    for _ in range(3):
+        gc.collect()
+    assert ref() is not None
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert seen == [ref()]
+    assert seen[0].me is seen[0]
+
+
+def test_a_pending_timers_context_taken_by_the_caller_keeps_what_it_holds(loop):
+    seen: list[object] = []
+    payload = _Payload()
+    ref = weakref.ref(payload)
+    handle = _schedule_in_a_context_holding(
+        loop, payload, 0.01, lambda: seen.append(_PAYLOAD.get())
+    )
+    context = handle._context  # a second reference to the timer's context
+    del payload
+    for _ in range(3):
+        gc.collect()
+    assert ref() is not None
+    assert context.get(_PAYLOAD) is ref()
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert seen == [ref()]
+    assert gc.is_tracked(context)  # tracked again once the timer has left the heap
+
+
+@pytest.mark.parametrize("leave", ["fire", "cancel"])
+def test_a_timers_context_copy_is_tracked_again_once_the_timer_leaves(loop, leave):
+    handle = _schedule_in_a_context_holding(loop, _Payload(), 0, lambda: None)
+    if leave == "cancel":
+        handle.cancel()
+    else:
+        loop.run_until_complete(asyncio.sleep(0.01))
+    assert gc.is_tracked(handle._context)
+
+
+def test_an_abandoned_loop_whose_timer_context_copy_refers_to_it_is_collected(loop_factory):
+    # loop -> its pending timer -> the timer's context copy -> a variable's value -> the loop:
+    # a cycle the collector must find through the timer's context.
+    def schedule(abandoned) -> None:
+        _schedule_in_a_context_holding(abandoned, abandoned, 3600, lambda: None)
+
+    assert _is_collected_once_abandoned(loop_factory, schedule)
+
+
+def test_what_a_queued_threadsafe_handles_own_context_copy_holds_stays_alive(loop):
+    # A handle another thread queued waits (in ferroloop's injector) until the loop's next
+    # iteration; collections meanwhile must keep what its context copy holds.
+    seen: list[object] = []
+    refs: list[weakref.ref] = []
+    handles: list[asyncio.Handle] = []
+    alive_while_queued: list[bool] = []
+
+    def producer():
+        payload = _Payload()
+        refs.append(weakref.ref(payload))
+
+        def push():
+            _PAYLOAD.set(payload)
+            handles.append(loop.call_soon_threadsafe(lambda: seen.append(_PAYLOAD.get())))
+
+        contextvars.copy_context().run(push)
+
+    def on_loop():
+        thread = threading.Thread(target=producer)
+        thread.start()
+        thread.join()
+        for _ in range(3):
+            gc.collect()
+        alive_while_queued.append(refs[0]() is not None)
+
+    loop.call_soon(on_loop)
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert alive_while_queued == [True]
+    assert seen == [refs[0]()]
+    assert seen[0].me is seen[0]
+    assert gc.is_tracked(handles[0]._context)

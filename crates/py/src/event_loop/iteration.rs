@@ -276,6 +276,7 @@ impl LoopCore {
         for item in batch {
             match item {
                 Injected::Handle(h) => {
+                    crate::handle::track_own_context(h.get());
                     crate::handle::gc_track(&h);
                     st.ready.push(h.into());
                 }

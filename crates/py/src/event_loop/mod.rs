@@ -54,6 +54,7 @@ impl LoopCore {
         self.shared.injector.drain_into(&mut queued);
         for item in &queued {
             if let Injected::Handle(h) = item {
+                crate::handle::track_own_context(h.get());
                 crate::handle::gc_track(h);
             }
         }
@@ -374,8 +375,10 @@ impl LoopCore {
             .timers
             .insert(key, timer.clone_ref(py));
         timer.get().set_timer_id(id.to_bits());
-        // Out of the collector's lists while in the heap (see handle.rs's invariants).
+        // Out of the collector's lists while in the heap, with its own context copy (see
+        // handle.rs's invariants).
         crate::handle::gc_untrack(&timer);
+        crate::handle::untrack_own_context(timer.bind(py).as_super().get());
         Ok(timer)
     }
 
@@ -770,8 +773,10 @@ impl LoopCore {
                 .ready
                 .push(handle.clone_ref(py).into());
         } else {
-            // Out of the collector's lists while queued (see handle.rs).
+            // Out of the collector's lists while queued, with its own context copy (see
+            // handle.rs).
             crate::handle::gc_untrack(&handle);
+            crate::handle::untrack_own_context(handle.get());
             let queued = Injected::Handle(handle.clone_ref(py));
             let Some(ticket) = this.shared.injector.push_deferred(queued) else {
                 return Ok(handle);
