@@ -199,7 +199,7 @@ pub struct Handle {
     native: Option<NativeCall>,
     // `ManuallyDrop`: released by `Drop for Handle` with a plain decref.
     context: ManuallyDrop<Py<PyAny>>,
-    /// Set while the loop keeps `context` out of the collector's lists (a scheduled timer's own
+    /// Set while the loop keeps `context` out of the collector's lists (a waiting handle's own
     /// context copy: see the module invariants).
     context_untracked: AtomicBool,
     loop_: ManuallyDrop<Py<PyAny>>,
@@ -240,8 +240,9 @@ impl Drop for Handle {
             drop(repr.into_bound(py));
         }
         // A `Context` must be tracked when it is freed (its `tp_dealloc` unlinks it from the
-        // collector's list unchecked). Every way out of the timer heap tracks it again
-        // (`unscheduled`) and a handle in the heap cannot be freed, so this is a safety net.
+        // collector's list unchecked). Every way out of the timer heap and the injector tracks it
+        // again (`track_own_context`), and a handle waiting there cannot be freed, so this is a
+        // safety net.
         if self.context_untracked.load(Ordering::Relaxed) {
             gc_track(&context);
         }
@@ -779,8 +780,8 @@ pub(crate) fn gc_untrack<T>(obj: &Py<T>) {
     }
 }
 
-/// Puts `obj` (a handle, or a timer's context) back in the collector's lists if it is not in
-/// them. Only the loop's code calls it, with the GIL held.
+/// Puts `obj` (a handle, or a waiting handle's context) back in the collector's lists if it is
+/// not in them. Only the loop's code calls it, with the GIL held.
 pub(crate) fn gc_track<T>(obj: &Py<T>) {
     let obj = obj.as_ptr();
     // SAFETY: the GIL is held; `obj` is alive and fully initialised (referenced) and of a GC
