@@ -744,15 +744,15 @@ fn traverse_in_place(obj: *mut ffi::PyObject, visit: &PyVisit<'_>) -> Result<(),
 /// `context=` the caller passed and still holds. The loop's traversal then visits what the
 /// context references in its place (`visit_refs`), as it does for the handle itself. Called with
 /// the GIL held, right after the handle was untracked.
-pub(crate) fn untrack_own_context(handle: &Handle) {
+pub(crate) fn untrack_own_context(py: Python<'_>, handle: &Handle) {
+    // Only a `Context`: a GC type whose `tp_traverse` `visit_refs` runs.
+    if !is_context(handle.context.bind(py)) {
+        return;
+    }
     let context = handle.context.as_ptr();
-    // SAFETY: the GIL is held (the loop's code calls this); `context` is alive (the handle holds
-    // it). Only a `Context` (a GC type whose `tp_traverse` `visit_refs` runs) is untracked.
+    // SAFETY: the GIL is held; `context` is alive (the handle holds it) and of a GC type.
     unsafe {
-        if ffi::Py_TYPE(context) == (&raw mut ffi::PyContext_Type).cast()
-            && ffi::Py_REFCNT(context) == 1
-            && ffi::PyObject_GC_IsTracked(context) != 0
-        {
+        if ffi::Py_REFCNT(context) == 1 && ffi::PyObject_GC_IsTracked(context) != 0 {
             ffi::PyObject_GC_UnTrack(context.cast());
             handle.context_untracked.store(true, Ordering::Relaxed);
         }

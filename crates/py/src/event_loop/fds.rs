@@ -144,16 +144,13 @@ impl LoopCore {
             return Err(closed_error());
         }
         let debug = this.flags.debug();
-        let handle = crate::handle_alloc::new_handle(
-            py,
-            Self::make_handle(
-                slf,
-                None,
-                callback,
-                CallArgs::from_tuple(args)?,
-                None,
-                debug,
-            )?,
+        let handle = Self::new_pooled_handle(
+            slf,
+            None,
+            callback,
+            CallArgs::from_tuple(args)?,
+            None,
+            debug,
         )?;
         let (old, stale) = {
             let mut st = this.state.borrow(py)?;

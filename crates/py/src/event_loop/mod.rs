@@ -330,6 +330,25 @@ impl LoopCore {
         ))
     }
 
+    /// A `Handle` (`make_handle`) built in the handle pool's memory (`handle_alloc`): what
+    /// `call_soon`, `call_soon_threadsafe` and `add_reader`/`add_writer` return.
+    #[allow(
+        clippy::inline_always,
+        reason = "the call_soon hot path: as make_handle, built in place in its caller"
+    )]
+    #[inline(always)]
+    fn new_pooled_handle(
+        slf: &Bound<'_, Self>,
+        checked_by: Option<&str>,
+        callback: &Bound<'_, PyAny>,
+        args: CallArgs,
+        context: Option<&Bound<'_, PyAny>>,
+        debug: bool,
+    ) -> PyResult<Py<Handle>> {
+        let handle = Self::make_handle(slf, checked_by, callback, args, context, debug)?;
+        crate::handle_alloc::new_handle(slf.py(), handle)
+    }
+
     /// Debug mode: a non-thread-safe method called from a thread other than the running loop's.
     fn check_thread(loop_thread: Option<u64>) -> PyResult<()> {
         match loop_thread {
@@ -378,7 +397,7 @@ impl LoopCore {
         // Out of the collector's lists while in the heap, with its own context copy (see
         // handle.rs's invariants).
         crate::handle::gc_untrack(&timer);
-        crate::handle::untrack_own_context(timer.bind(py).as_super().get());
+        crate::handle::untrack_own_context(py, timer.bind(py).as_super().get());
         Ok(timer)
     }
 
@@ -430,10 +449,8 @@ impl LoopCore {
                 }
             }
         }
-        let handle = crate::handle_alloc::new_handle(
-            py,
-            Self::make_handle(slf, Some("call_soon"), callback, args, context, debug)?,
-        )?;
+        let handle =
+            Self::new_pooled_handle(slf, Some("call_soon"), callback, args, context, debug)?;
         // Handles other threads queued earlier go first: asyncio has one FIFO for both.
         this.drain_injector(py)?;
         this.state
@@ -752,16 +769,13 @@ impl LoopCore {
             return Err(closed_error());
         }
         let debug = this.flags.debug();
-        let handle = crate::handle_alloc::new_handle(
-            py,
-            Self::make_handle(
-                slf,
-                Some("call_soon_threadsafe"),
-                callback,
-                CallArgs::from_tuple(args)?,
-                context.as_ref(),
-                debug,
-            )?,
+        let handle = Self::new_pooled_handle(
+            slf,
+            Some("call_soon_threadsafe"),
+            callback,
+            CallArgs::from_tuple(args)?,
+            context.as_ref(),
+            debug,
         )?;
         let tid = this.state.borrow(py)?.thread_id;
         if tid.is_none_or(|t| t == current_thread_ident()) {
@@ -776,7 +790,7 @@ impl LoopCore {
             // Out of the collector's lists while queued, with its own context copy (see
             // handle.rs).
             crate::handle::gc_untrack(&handle);
-            crate::handle::untrack_own_context(handle.get());
+            crate::handle::untrack_own_context(py, handle.get());
             let queued = Injected::Handle(handle.clone_ref(py));
             let Some(ticket) = this.shared.injector.push_deferred(queued) else {
                 return Ok(handle);
