@@ -8,6 +8,7 @@ from typing import Any, Literal, final
 from typing_extensions import disjoint_base
 
 __all__ = [
+    "CONTEXT_POOL",
     "DEBUG_BUILD",
     "HANDLE_POOL",
     "ClientDisconnected",
@@ -39,6 +40,7 @@ __all__ = [
 ]
 DEBUG_BUILD: bool
 HANDLE_POOL: bool
+CONTEXT_POOL: bool
 
 def _install_fast_methods(cls: type) -> None: ...
 def _prepare_exit(timeout: float) -> int: ...

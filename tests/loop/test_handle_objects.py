@@ -125,9 +125,12 @@ def _run_and_free_handles(loop, count=50):
 def test_handles_made_after_others_were_freed_are_tracked_by_the_collector(loop):
     _run_and_free_handles(loop)
     handles = [loop.call_soon(greet, n) for n in range(10)]
+    # (ferroloop keeps a call_soon handle out of the collector's lists while it waits in the ready
+    # queue: tests/native/test_gc.py.)
+    handles[5].cancel()
+    loop.call_soon(loop.stop)
+    loop.run_forever()
     assert all(gc.is_tracked(h) for h in handles)
-    for handle in handles:
-        handle.cancel()
 
 
 class _Holder:

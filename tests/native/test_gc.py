@@ -83,6 +83,46 @@ def test_pending_timer_handles_are_out_of_the_collectors_lists():
     assert gc.is_tracked(at_close)
 
 
+def test_call_soon_handles_are_out_of_the_collectors_lists_while_queued():
+    # handle.rs: a call_soon handle waits in the ready queue untracked (the loop's traversal
+    # visits what it holds in its place), and is tracked once it leaves the queue while anything
+    # else still holds it: run, skipped as cancelled, or dropped when the loop closes.
+    loop = ferroloop.new_event_loop()
+    try:
+        ran = loop.call_soon(len, "")
+        cancelled = loop.call_soon(print)
+        assert not gc.is_tracked(ran) and not gc.is_tracked(cancelled)
+        assert any(r is print for r in gc.get_referents(cancelled))  # it still traverses
+        cancelled.cancel()
+        assert not gc.is_tracked(cancelled)  # still queued
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        assert gc.is_tracked(ran) and gc.is_tracked(cancelled)
+        at_close = loop.call_soon(print)
+        assert not gc.is_tracked(at_close)
+    finally:
+        loop.close()
+    assert gc.is_tracked(at_close)
+
+
+def test_an_unclosed_loop_with_a_cycle_through_a_held_queued_handle_is_collected():
+    # loop -> ready queue -> handle (untracked) -> lambda -> loop, the handle also held by a
+    # list in the cycle.
+    def populate(loop):
+        held = []
+        held.append(loop.call_soon(lambda: (loop, held)))
+
+    assert _abandon_and_collect(populate)() is None
+
+
+def test_context_copies_are_reused_on_ferroloop():
+    # The pool (context_pool.rs) turns itself off if CPython's layouts are not the ones it
+    # reads; tests/loop/test_callback_contexts.py would then pass without exercising it.
+    from ferroloop import _native
+
+    assert _native.CONTEXT_POOL
+
+
 class _BlockedLoop:
     """A loop running in another thread, held inside one callback: what other threads queue
     meanwhile waits in its injector (call_soon_threadsafe's cross-thread path). With

@@ -36,8 +36,22 @@
 //!   moves it to the ready queue or drops it, `visit_injected` in the loop's traversal): a
 //!   thread pushing faster than the loop drains leaves thousands of handles there, and the
 //!   collector's passes over them cost about a third of each push before.
-//! - A `Handle` value is dropped only with the GIL held (its `tp_dealloc`, or the loop code that
-//!   made it), so `Drop for Handle` releases its references with a plain decref.
+//! - The same holds for a `call_soon` handle (and a `call_soon_threadsafe` one made on the loop's
+//!   thread) while it waits in the ready queue: it is made untracked (`new_handle(.., false)`),
+//!   with its context if that is a reused copy (`context_pool`: untracked from the start, the
+//!   flag set by `make_handle`), and the loop's traversal visits it in place (`Ready::visit`).
+//!   Whichever way its entry leaves the queue (run, skipped as cancelled, dropped by `close()` or
+//!   the loop's `tp_clear`), `Queued`'s drop tracks it again, with its context, if anything else
+//!   still references it (the caller kept it, or the exception handler did). While it runs its
+//!   entry is out of the queue and nothing visits it in place: what it references then only
+//!   looks referenced from outside, which keeps it alive, never frees it. One the entry held
+//!   alone is kept whole for the next handle (`handle_alloc::release_sole`). Every collection
+//!   of the young generation walked each queued handle (one per callback) and linking and
+//!   unlinking it touched its neighbours in the collector's list.
+//! - A `Handle` value is dropped only with the GIL held (its `tp_dealloc`, `release_sole`, or the
+//!   loop code that made it), so `Drop for Handle` releases its references with a plain decref;
+//!   a context only it referenced goes back to `context_pool` (which untracks it) instead of
+//!   being freed.
 //! - `native` is set only for a callback of a type in `native_call.rs`'s table with no argument or
 //!   one, and calling it does what calling the callback from Python would.
 
@@ -239,14 +253,18 @@ impl Drop for Handle {
         if let Some(repr) = repr {
             drop(repr.into_bound(py));
         }
-        // A `Context` must be tracked when it is freed (its `tp_dealloc` unlinks it from the
-        // collector's list unchecked). Every way out of the timer heap and the injector tracks it
-        // again (`track_own_context`), and a handle waiting there cannot be freed, so this is a
-        // safety net.
-        if self.context_untracked.load(Ordering::Relaxed) {
-            gc_track(&context);
+        // A context nothing else references is kept for the next copy (`context_pool`),
+        // tracked or not.
+        let untracked = self.context_untracked.load(Ordering::Relaxed);
+        if let Err(context) = crate::context_pool::recycle(py, context, untracked) {
+            // A `Context` must be tracked when it is freed (its `tp_dealloc` unlinks it from
+            // the collector's list unchecked); one that is untracked here (see the module
+            // invariants) is referenced elsewhere too, so this is a safety net.
+            if untracked {
+                gc_track(&context);
+            }
+            drop(context.into_bound(py));
         }
-        drop(context.into_bound(py));
         drop(loop_.into_bound(py));
     }
 }
@@ -288,6 +306,13 @@ impl Handle {
             loop_: ManuallyDrop::new(py.None()),
             source_traceback: None,
         }
+    }
+
+    /// Marks the handle's context as kept out of the collector's lists with the handle: a reused
+    /// copy (`context_pool`) the handle alone references, for a handle made untracked (see the
+    /// module invariants).
+    pub(crate) fn set_context_untracked(&self) {
+        self.context_untracked.store(true, Ordering::Relaxed);
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
@@ -413,7 +438,7 @@ pub(crate) fn run_in_context(
 /// An entry of the loop's ready queue.
 pub(crate) enum Ready {
     /// A `Handle` (or `TimerHandle`): from `call_soon`, a due timer, a ready fd.
-    Handle(Py<Handle>),
+    Handle(Queued),
     /// A C Task's step (no argument) or wake-up (the awaited future), queued by `call_soon`
     /// without a `Handle` object (see `LoopCore::call_soon_impl`): run as
     /// `context.run(step, *arg)`.
@@ -439,7 +464,44 @@ pub(crate) enum Ready {
 
 impl From<Py<Handle>> for Ready {
     fn from(handle: Py<Handle>) -> Self {
-        Self::Handle(handle)
+        Self::Handle(Queued(ManuallyDrop::new(handle)))
+    }
+}
+
+/// A handle in the ready queue. A `call_soon` handle is made untracked by the collector and the
+/// loop's traversal visits what it references in its place (see the module invariants); however
+/// the entry leaves the queue (run, skipped, dropped at close), dropping it tracks the handle
+/// again, with its context, if anything else still references it.
+pub(crate) struct Queued(ManuallyDrop<Py<Handle>>);
+
+impl Queued {
+    pub(crate) fn bind<'a, 'py>(&'a self, py: Python<'py>) -> &'a Bound<'py, Handle> {
+        self.0.bind(py)
+    }
+}
+
+/// Entries are dropped with the GIL held (by the loop's code, or the loop's `tp_clear` and
+/// `tp_dealloc`), so the handle is released with a plain decref.
+impl Drop for Queued {
+    fn drop(&mut self) {
+        // SAFETY: see above.
+        let py = unsafe { Python::assume_attached() };
+        // SAFETY: this is the entry's drop; the field is not used again.
+        let handle = unsafe { ManuallyDrop::take(&mut self.0) }.into_bound(py);
+        let obj = handle.as_ptr();
+        // SAFETY: the GIL is held and `obj` is alive (we hold a reference); a handle is a GC type.
+        if unsafe { crate::gc_head::is_tracked(obj) } {
+            return drop(handle);
+        }
+        // SAFETY: the GIL is held and `obj` is alive (we hold a reference).
+        if unsafe { ffi::Py_REFCNT(obj) } > 1 {
+            track_own_context(handle.get());
+            // SAFETY: as above; the handle is fully initialised and untracked (checked).
+            unsafe { ffi::PyObject_GC_Track(obj.cast()) };
+            drop(handle);
+        } else {
+            crate::handle_alloc::release_sole(handle);
+        }
     }
 }
 
@@ -515,7 +577,7 @@ impl Ready {
 
     pub(crate) fn visit(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
         match self {
-            Self::Handle(h) => visit.call(h),
+            Self::Handle(h) => visit_in_place(&h.0, h.0.get(), visit),
             Self::Step { step, arg, context } => {
                 visit.call(step)?;
                 visit.call(arg)?;
@@ -745,8 +807,9 @@ fn traverse_in_place(obj: *mut ffi::PyObject, visit: &PyVisit<'_>) -> Result<(),
 /// context references in its place (`visit_refs`), as it does for the handle itself. Called with
 /// the GIL held, right after the handle was untracked.
 pub(crate) fn untrack_own_context(py: Python<'_>, handle: &Handle) {
-    // Only a `Context`: a GC type whose `tp_traverse` `visit_refs` runs.
-    if !is_context(handle.context.bind(py)) {
+    // Only a `Context`: a GC type whose `tp_traverse` `visit_refs` runs; not one already
+    // untracked (a reused copy, `make_handle`).
+    if handle.context_untracked.load(Ordering::Relaxed) || !is_context(handle.context.bind(py)) {
         return;
     }
     let context = handle.context.as_ptr();

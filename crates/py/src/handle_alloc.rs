@@ -8,7 +8,10 @@
 //! linking) and about 260 to free one (PyO3's trampoline, the type lookup, `PyObject_GC_Del`).
 //! Here a freed handle's memory goes to a small pool, and the next handle is built in it: only
 //! what a live handle needs is written (the header by `PyObject_Init`, the `Handle` value, the
-//! weak reference list), and the handle is tracked by the garbage collector again.
+//! weak reference list), and the handle is tracked by the garbage collector again (unless the
+//! caller keeps it where the loop visits it in place: handle.rs). A handle that ran from the
+//! ready queue with nothing else referencing it is not even freed: it is kept whole, alive, for
+//! the next one (`LIVE`, `release_sole`).
 //!
 //! `TimerHandle`s (`call_later`, `call_at`, every `asyncio.sleep` with a delay and every timeout)
 //! get the same in a pool of their own. With a pool empty, a new handle of either type is
@@ -36,21 +39,31 @@
 //!   that a block goes to the type's `tp_free`.
 //! - A block leaves the pool only in `new_handle`, which makes it a live handle before anything
 //!   else runs: `PyObject_Init` (reference count 1, a reference to the type), the value and a
-//!   NULL weak reference list written, and `PyObject_GC_Track`: a reused handle is tracked by the
-//!   collector exactly as a new one is (`tests/loop/test_handle_objects.py` checks that, that a
-//!   cycle through one is collected, and that it starts without weak references).
+//!   NULL weak reference list written, and `PyObject_GC_Track` when the caller asks: a reused
+//!   handle is tracked by the collector exactly as a new one is
+//!   (`tests/loop/test_handle_objects.py` checks that, that a cycle through one is collected,
+//!   and that it starts without weak references).
 //! - `TIMER_LAYOUT` is set only after `LAYOUT`, and only if a `TimerHandle` instance is a
 //!   `Handle` instance as `LAYOUT` describes it (the same value and weak reference list offsets,
 //!   no dict), followed by the `TimerHandle` value and nothing else. `timer_dealloc` is then the
 //!   type's `tp_dealloc` (`TimerHandle` cannot be subclassed); `TIMER_POOL` holds dead
 //!   `TimerHandle`s under the same rules as `POOL`, and a block leaves it only in
-//!   `new_timer_handle`, which initialises and re-tracks it as `new_handle` does.
+//!   `new_timer_handle`, which initialises it (and tracks it when asked) as `new_handle` does.
 //! - A handle made with its pool empty comes from `PyType_GenericAlloc`, already tracked and
 //!   zeroed; its fields are written before any Python code can run, so the collector never sees
 //!   them zeroed.
-//! - `POOL` and `TIMER_POOL` are touched only with the GIL held (they are `LoopCell`s), in
+//! - A block in `LIVE` is a live exact `Handle` that ran and that only the pool references
+//!   (reference count 1, its reference to the type held), untracked by the collector, without
+//!   weak references, its value dropped. It gets there only from `release_sole`, which checks
+//!   each of those on the handle its ready-queue entry held alone (nothing else can reach such
+//!   an object: not the collector, which does not track it, nor a weak reference), and leaves
+//!   only in `new_handle`, which writes the value (and tracks it if asked) before anything else
+//!   runs. CPython never sees such a handle die, so it skips `tp_dealloc`, `PyObject_Init` and
+//!   the type's reference count; a block that `release_sole` cannot pool (the pool filled while
+//!   the value was dropped) gets an inert value and goes through `tp_dealloc` as usual.
+//! - `POOL`, `LIVE` and `TIMER_POOL` are touched only with the GIL held (they are `LoopCell`s), in
 //!   sections that run no Python code. Pooled blocks are never returned to the allocator: at
-//!   most 256 handles' worth of each (about 30 KiB) per process, and PyO3 modules are
+//!   most 256 handles' worth of each pool (about 30 KiB) per process, and PyO3 modules are
 //!   initialised once per process.
 
 use std::ptr::{self, NonNull};
@@ -257,22 +270,94 @@ pub(crate) fn installed(py: Python<'_>) -> bool {
     LAYOUT.get(py).is_some() && TIMER_LAYOUT.get(py).is_some()
 }
 
-/// `Py::new(py, handle)`, in a pooled block when there is one.
+/// Live `Handle`s that ran and that nothing else referenced, kept whole for the next
+/// `new_handle` (see the module invariants).
+static LIVE: LoopCell<Pool> = LoopCell::new(Pool {
+    len: 0,
+    blocks: [const { None }; POOL_CAPACITY],
+});
+
+/// Releases a handle leaving the ready queue untracked by the collector (`Queued`'s drop) whose
+/// reference is the last: its value is dropped and the object kept, alive, in `LIVE` for the
+/// next `new_handle`, without the dealloc and re-initialisation a pooled block goes through. A
+/// handle of another type, or one with weak references, is released as usual.
+#[inline]
+pub(crate) fn release_sole(handle: Bound<'_, Handle>) {
+    let py = handle.py();
+    let obj = handle.as_ptr();
+    let Some(layout) = LAYOUT.get(py) else {
+        return drop(handle);
+    };
+    // SAFETY: the GIL is held and `obj` is alive (we hold a reference); only its header, its GC
+    // header and the weak reference list word are read.
+    let sole = unsafe {
+        ffi::Py_REFCNT(obj) == 1
+            && ffi::Py_TYPE(obj) == layout.tp.as_ptr().cast()
+            && !crate::gc_head::is_tracked(obj)
+            && (*obj.byte_add(layout.weaklist).cast::<*mut ffi::PyObject>()).is_null()
+    };
+    if !sole || pool_len(&LIVE) == POOL_CAPACITY {
+        return drop(handle);
+    }
+    let handle = std::mem::ManuallyDrop::new(handle);
+    // SAFETY: our reference is the only one to this exact, untracked `Handle` without weak
+    // references (checked): no Python code can reach it, so its value can be dropped in place
+    // (once; dropping it can run arbitrary code, which cannot reach the object either).
+    unsafe { ptr::drop_in_place(obj.byte_add(layout.value).cast::<Handle>()) };
+    // SAFETY: `obj` is still ours alone, with its value dropped; its block is not referenced
+    // anywhere else (module invariants for `LIVE`).
+    if !pool_block_in(&LIVE, unsafe { NonNull::new_unchecked(obj) }) {
+        // Code run by the drop filled the pool: an inert value makes it an ordinary handle
+        // again, freed by the usual dealloc.
+        // SAFETY: as above; the value slot holds a dropped value, overwritten without a drop.
+        unsafe {
+            ptr::write(
+                obj.byte_add(layout.value).cast::<Handle>(),
+                Handle::inert(py),
+            );
+        }
+        drop(std::mem::ManuallyDrop::into_inner(handle));
+    }
+}
+
+/// How many blocks `pool` holds (full if it is borrowed: never, as no Python code runs while it
+/// is).
+fn pool_len(pool: &LoopCell<Pool>) -> usize {
+    pool.try_borrow_for_gc().map_or(POOL_CAPACITY, |p| p.len)
+}
+
+/// `Py::new(py, handle)`, in a pooled block when there is one; tracked by the collector if
+/// `track` (else the caller keeps it where it is visited in place: handle.rs's invariants).
 #[allow(
     clippy::inline_always,
     reason = "the handle is written straight into the block: -77 instructions per call_soon under callgrind, with make_handle's"
 )]
 #[inline(always)]
-pub(crate) fn new_handle(py: Python<'_>, handle: Handle) -> PyResult<Py<Handle>> {
+pub(crate) fn new_handle(py: Python<'_>, handle: Handle, track: bool) -> PyResult<Py<Handle>> {
     let Some(layout) = LAYOUT.get(py) else {
-        return Py::new(py, handle);
+        return Py::new(py, handle).inspect(|h| untrack_unless(h.as_ptr(), track));
     };
+    if let Some(live) = take_block(&LIVE) {
+        let obj = live.as_ptr();
+        // SAFETY: `obj` is a live, untracked `Handle` (exact type) that only `LIVE` referenced,
+        // with its value dropped and no weak references (module invariants): writing the value
+        // makes it a new handle, whose one reference becomes the caller's.
+        unsafe {
+            ptr::write(obj.byte_add(layout.value).cast::<Handle>(), handle);
+            if track {
+                ffi::PyObject_GC_Track(obj.cast());
+            }
+            return Ok(Bound::from_owned_ptr(py, obj)
+                .cast_into_unchecked()
+                .unbind());
+        }
+    }
     let (obj, pooled) = obtain(py, &POOL, layout.tp.as_ptr().cast())?;
     // SAFETY: `obj` is a live `Handle` instance (exact type) laid out as `layout` says (checked
     // at `install`), whose fields are ours to initialise before any Python code runs.
     unsafe {
         ptr::write(obj.byte_add(layout.value).cast::<Handle>(), handle);
-        Ok(finish(py, obj, layout.weaklist, pooled))
+        Ok(finish(py, obj, layout.weaklist, pooled, track))
     }
 }
 
@@ -305,14 +390,17 @@ unsafe extern "C" fn handle_dealloc(obj: *mut ffi::PyObject) {
 
 /// A new `TimerHandle` (`handle` its `Handle` part), in a pooled block when there is one, else
 /// allocated directly by the type's `tp_alloc` (PyO3's two-level initialiser cost about 750
-/// instructions per timer under callgrind).
+/// instructions per timer under callgrind); tracked by the collector if `track`, as for
+/// `new_handle`.
 pub(crate) fn new_timer_handle(
     py: Python<'_>,
     handle: Handle,
     timer: TimerHandle,
+    track: bool,
 ) -> PyResult<Py<TimerHandle>> {
     let (Some(layout), Some(timer_layout)) = (LAYOUT.get(py), TIMER_LAYOUT.get(py)) else {
-        return Py::new(py, PyClassInitializer::from(handle).add_subclass(timer));
+        return Py::new(py, PyClassInitializer::from(handle).add_subclass(timer))
+            .inspect(|h| untrack_unless(h.as_ptr(), track));
     };
     let tp = timer_layout.tp.as_ptr().cast::<ffi::PyTypeObject>();
     let (obj, pooled) = obtain(py, &TIMER_POOL, tp)?;
@@ -325,7 +413,7 @@ pub(crate) fn new_timer_handle(
             obj.byte_add(timer_layout.value).cast::<TimerHandle>(),
             timer,
         );
-        Ok(finish(py, obj, layout.weaklist, pooled))
+        Ok(finish(py, obj, layout.weaklist, pooled, track))
     }
 }
 
@@ -355,17 +443,28 @@ fn obtain(
     Ok((obj, false))
 }
 
+/// Untracks a handle PyO3 made (tracked) unless `track`.
+fn untrack_unless(obj: *mut ffi::PyObject, track: bool) {
+    if !track {
+        // SAFETY: the caller holds the GIL and a reference to `obj`, a new handle (a GC type)
+        // that no Python code has seen yet; untracking an object is always allowed.
+        unsafe { ffi::PyObject_GC_UnTrack(obj.cast()) };
+    }
+}
+
 /// The common end of `new_handle` and `new_timer_handle`: an empty weak reference list, the
-/// collector's tracking if `track` (a block from a pool; `PyType_GenericAlloc` tracks what it
-/// returns), and the object as a `Py<T>` owning the one reference.
+/// collector's tracking as `track` asks (a block from a pool is untracked;
+/// `PyType_GenericAlloc` tracks what it returns), and the object as a `Py<T>` owning the one
+/// reference.
 ///
 /// # Safety
 /// `obj` is a live instance of `T` (reference count 1, ours) whose values are written, with its
-/// weak reference list at `weaklist`, untracked exactly when `track` is true.
+/// weak reference list at `weaklist`, untracked exactly when `pooled` is true.
 unsafe fn finish<T>(
     py: Python<'_>,
     obj: *mut ffi::PyObject,
     weaklist: usize,
+    pooled: bool,
     track: bool,
 ) -> Py<T> {
     // SAFETY: see the function's contract.
@@ -374,8 +473,10 @@ unsafe fn finish<T>(
             obj.byte_add(weaklist).cast::<*mut ffi::PyObject>(),
             ptr::null_mut(),
         );
-        if track {
+        if pooled && track {
             ffi::PyObject_GC_Track(obj.cast());
+        } else if !pooled && !track {
+            ffi::PyObject_GC_UnTrack(obj.cast());
         }
         Bound::from_owned_ptr(py, obj)
             .cast_into_unchecked()
@@ -404,6 +505,7 @@ unsafe extern "C" fn timer_dealloc(obj: *mut ffi::PyObject) {
 }
 
 /// A dead handle's memory from `pool`, if it has any.
+#[inline]
 fn take_block(pool: &LoopCell<Pool>) -> Option<NonNull<ffi::PyObject>> {
     let mut pool = pool.try_borrow_for_gc()?;
     let len = pool.len.checked_sub(1)?;
@@ -445,6 +547,7 @@ unsafe fn dispose(
 
 /// Puts a dead handle's memory in `pool`; `false` if it is full (or in use: never, as no Python
 /// code runs while it is borrowed).
+#[inline]
 fn pool_block_in(pool: &LoopCell<Pool>, block: NonNull<ffi::PyObject>) -> bool {
     let Some(mut pool) = pool.try_borrow_for_gc() else {
         return false;

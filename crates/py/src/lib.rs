@@ -8,8 +8,10 @@ compile_error!(
 
 mod cached_method;
 mod cell;
+mod context_pool;
 pub mod event_loop;
 mod fastcall;
+mod gc_head;
 mod gil;
 mod handle;
 mod handle_alloc;
@@ -31,6 +33,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<handle::TimerHandle>()?;
     handle_alloc::install(m.py())?;
     handle::install_traverse(m.py());
+    context_pool::install(m.py())?;
+    gc_head::install(m.py());
     m.add_class::<sock_ops::SocketOperation>()?;
     m.add_class::<server::HttpServer>()?;
     m.add_function(wrap_pyfunction!(server::check_tls, m)?)?;
@@ -63,6 +67,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transport::_install_transport_methods, m)?)?;
     m.add("DEBUG_BUILD", cfg!(debug_assertions))?;
     m.add("HANDLE_POOL", handle_alloc::installed(m.py()))?;
+    m.add("CONTEXT_POOL", context_pool::installed())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -473,10 +473,15 @@ fn context_arg<'py>(
     py: Python<'py>,
     context: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    match context.filter(|c| !c.is_none()) {
-        Some(c) => Ok(c),
-        None => Ok(crate::event_loop::current_context(py)?.into_bound(py)),
+    if let Some(c) = context.filter(|c| !c.is_none()) {
+        return Ok(c);
     }
+    // The task holds it as a tracked object holds any other.
+    let (context, untracked) = crate::event_loop::current_context(py)?;
+    if untracked {
+        crate::handle::gc_track(&context);
+    }
+    Ok(context.into_bound(py))
 }
 
 /// A task name as the C Task keeps it: a `str` as is, anything else through `str()`.

@@ -151,6 +151,7 @@ impl LoopCore {
             CallArgs::from_tuple(args)?,
             None,
             debug,
+            false,
         )?;
         let (old, stale) = {
             let mut st = this.state.borrow(py)?;

@@ -218,15 +218,15 @@ impl LoopCore {
     pub(crate) fn run_entry(slf: &Bound<'_, Self>, entry: Ready, debug: bool) -> PyResult<()> {
         let py = slf.py();
         match entry {
-            Ready::Handle(handle) => {
-                let handle = handle.into_bound(py);
+            Ready::Handle(queued) => {
+                let handle = queued.bind(py);
                 if handle.get().is_cancelled() {
                     Ok(())
                 } else if debug {
-                    slf.call_method1(intern!(py, "_run_handle_debug"), (&handle,))
+                    slf.call_method1(intern!(py, "_run_handle_debug"), (handle,))
                         .map(drop)
                 } else {
-                    Handle::run(&handle)
+                    Handle::run(handle)
                 }
             }
             // Queued before debug mode was switched on, if at all: run as they are. Taken as

@@ -204,11 +204,18 @@ fn current_thread_ident() -> u64 {
     unsafe { libc::pthread_self() as u64 }
 }
 
-/// A copy of the current context (what asyncio does when `context=None`).
-pub(crate) fn current_context(py: Python<'_>) -> PyResult<Py<PyAny>> {
+/// A copy of the current context (what asyncio does when `context=None`), and whether it is
+/// untracked by the collector (a reused one from `context_pool`; the caller must track it unless
+/// it keeps it where a traversal visits it in place).
+#[inline]
+pub(crate) fn current_context(py: Python<'_>) -> PyResult<(Py<PyAny>, bool)> {
+    if let Some(reused) = crate::context_pool::copy_current(py) {
+        return Ok((reused, true));
+    }
     // SAFETY: we hold the GIL; PyContext_CopyCurrent returns a new reference or NULL with an
     // exception set, which `from_owned_ptr_or_err` turns into `Err`.
-    unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_CopyCurrent()) }.map(Bound::unbind)
+    unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_CopyCurrent()) }
+        .map(|c| (c.unbind(), false))
 }
 
 impl LoopCore {
@@ -288,7 +295,10 @@ impl LoopCore {
         Ok(method.call1((slf, args.0, args.1))?.unbind())
     }
 
-    /// Builds a handle for `callback(*args)` (context copied when not given). In debug mode
+    /// Builds a handle for `callback(*args)` (context copied when not given). A `waiting` handle
+    /// goes where the loop visits what it references in its place (the ready queue, the
+    /// injector, the timer heap), so a context copy it owns may stay out of the collector's lists
+    /// with it (see handle.rs's invariants); any other is tracked. In debug mode
     /// `checked_by` names the method whose callable check applies (`call_soon` and the timers
     /// check, as asyncio's do); `None` for `add_reader`/`add_writer`, which in asyncio build
     /// their `Handle` without one (a non-callable's TypeError reaches the exception handler).
@@ -304,6 +314,7 @@ impl LoopCore {
         args: CallArgs,
         context: Option<&Bound<'_, PyAny>>,
         debug: bool,
+        waiting: bool,
     ) -> PyResult<Handle> {
         let py = slf.py();
         let source_traceback = if debug {
@@ -316,22 +327,30 @@ impl LoopCore {
             // reaches the exception handler when it runs.
             None
         };
-        let context = match context {
-            Some(c) if !c.is_none() => c.clone().unbind(),
+        let (context, untracked) = match context {
+            Some(c) if !c.is_none() => (c.clone().unbind(), false),
             _ => current_context(py)?,
         };
-        Ok(Handle::new(
+        if untracked && !waiting {
+            crate::handle::gc_track(&context);
+        }
+        let handle = Handle::new(
             py,
             callback.clone().unbind(),
             args,
             context,
             slf.clone().into_any().unbind(),
             source_traceback,
-        ))
+        );
+        if untracked && waiting {
+            handle.set_context_untracked();
+        }
+        Ok(handle)
     }
 
     /// A `Handle` (`make_handle`) built in the handle pool's memory (`handle_alloc`): what
-    /// `call_soon`, `call_soon_threadsafe` and `add_reader`/`add_writer` return.
+    /// `call_soon`, `call_soon_threadsafe` and `add_reader`/`add_writer` return. A `waiting` one
+    /// (for the ready queue or the injector) is not tracked by the collector.
     #[allow(
         clippy::inline_always,
         reason = "the call_soon hot path: as make_handle, built in place in its caller"
@@ -344,9 +363,10 @@ impl LoopCore {
         args: CallArgs,
         context: Option<&Bound<'_, PyAny>>,
         debug: bool,
+        waiting: bool,
     ) -> PyResult<Py<Handle>> {
-        let handle = Self::make_handle(slf, checked_by, callback, args, context, debug)?;
-        crate::handle_alloc::new_handle(slf.py(), handle)
+        let handle = Self::make_handle(slf, checked_by, callback, args, context, debug, waiting)?;
+        crate::handle_alloc::new_handle(slf.py(), handle, !waiting)
     }
 
     /// Debug mode: a non-thread-safe method called from a thread other than the running loop's.
@@ -376,9 +396,9 @@ impl LoopCore {
         if debug {
             Self::check_thread(this.state.borrow(py)?.thread_id)?;
         }
-        let base = Self::make_handle(slf, Some(method), callback, args, context, debug)?;
+        let base = Self::make_handle(slf, Some(method), callback, args, context, debug, true)?;
         let when = timer.deadline();
-        let timer = crate::handle_alloc::new_timer_handle(py, base, timer)?;
+        let timer = crate::handle_alloc::new_timer_handle(py, base, timer, false)?;
         // A NaN `when` compares false with everything: asyncio's heap then finds it not later
         // than the clock and runs it at the next iteration. In the heap's total order a NaN
         // would sort after +inf and never run, so it is keyed as due at once (`when()` still
@@ -450,7 +470,7 @@ impl LoopCore {
             }
         }
         let handle =
-            Self::new_pooled_handle(slf, Some("call_soon"), callback, args, context, debug)?;
+            Self::new_pooled_handle(slf, Some("call_soon"), callback, args, context, debug, true)?;
         // Handles other threads queued earlier go first: asyncio has one FIFO for both.
         this.drain_injector(py)?;
         this.state
@@ -776,6 +796,7 @@ impl LoopCore {
             CallArgs::from_tuple(args)?,
             context.as_ref(),
             debug,
+            true,
         )?;
         let tid = this.state.borrow(py)?.thread_id;
         if tid.is_none_or(|t| t == current_thread_ident()) {
