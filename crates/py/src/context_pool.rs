@@ -176,26 +176,22 @@ pub(crate) fn copy_current(py: Python<'_>) -> Option<Py<PyAny>> {
     if !ENABLED.load(Ordering::Relaxed) {
         return None;
     }
+    // SAFETY: the GIL is held (`py`) and the layouts were checked (`ENABLED`).
+    let current = unsafe { thread_context() };
+    if current.is_null() {
+        return None;
+    }
     let ctx = {
         let mut pool = POOL.try_borrow_for_gc()?;
         let len = pool.len.checked_sub(1)?;
         pool.len = len;
         pool.contexts[len]
     };
-    // SAFETY: the GIL is held (`py`) and the layouts were checked (`ENABLED`). `current` is the
-    // thread's live context (the thread state only ever holds a `Context`), whose variables are
-    // never NULL; `ctx` is a pooled context that only we reference now. It takes a new reference
-    // to the variables, and the pool's reference becomes the caller's.
+    // SAFETY: `current` is the thread's live context (the thread state only ever holds a
+    // `Context`), whose variables are never NULL; `ctx` is a pooled context that only we
+    // reference now. It takes a new reference to the variables, and the pool's reference becomes
+    // the caller's.
     unsafe {
-        let current = thread_context();
-        if current.is_null() {
-            // No context on this thread yet: back to the pool, for `PyContext_CopyCurrent`.
-            let mut pool = POOL.try_borrow_for_gc()?;
-            let len = pool.len;
-            pool.contexts[len] = ctx;
-            pool.len = len + 1;
-            return None;
-        }
         let vars = (*current.cast::<RawContext>()).ctx_vars;
         ffi::Py_INCREF(vars);
         (*ctx).ctx_vars = vars;

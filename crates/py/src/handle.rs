@@ -12,18 +12,18 @@
 //! - A `TimerHandle`'s `timer_id` is `u64::MAX` unless it sits in its loop's timer heap; only the
 //!   loop thread changes it (on schedule, fire, cancel, close).
 //! - A `TimerHandle` in its loop's timer heap is not tracked by the garbage collector
-//!   (`untrack_scheduled`, called when it goes in); it is tracked again when it comes out
+//!   (it is made so: `new_timer_handle(.., false)`); it is tracked again when it comes out
 //!   (`unscheduled`: fired, cancelled, or the heap drained). Meanwhile the loop's
 //!   traversal visits what the handle references in its place (`visit_scheduled`), so cycles
 //!   through an unreachable loop and its pending timers are still found. The collector's passes
 //!   over a large heap of pending timers (one per `call_later`, every timeout) cost that much
 //!   less: each visit of a handle is one traversal of the loop, not a tracked object of its own.
 //! - The same holds one level down for the context of such a waiting handle (a timer in the
-//!   heap, a handle in the injector) when the handle alone references it (the copy of the
-//!   caller's context that `call_later` or `call_soon_threadsafe` made; checked when the handle
-//!   is untracked): it is untracked with the handle (`untrack_own_context`, `context_untracked`
-//!   set) and tracked again with it (`track_own_context`, from `unscheduled` and the injector's
-//!   drains), and meanwhile the loop's traversal runs the context's own `tp_traverse` in its
+//!   heap, a handle in the injector or the ready queue) when it is the copy of the caller's
+//!   context that the loop made for it (no `context=`): `make_handle` keeps it untracked with
+//!   the handle (`context_untracked` set) and it is tracked again with it (`track_again`, from
+//!   `unscheduled`, the injector's drains and `Queued`'s drop), and meanwhile the loop's
+//!   traversal runs the context's own `tp_traverse` in its
 //!   place. Should anything else take a reference to it meanwhile (`get_context()`), it is
 //!   visited as a plain reference instead, a no-op while it is untracked: what it references
 //!   then counts as held from outside (kept alive), and is never visited twice. A `Context` must
@@ -32,14 +32,13 @@
 //!   object of its own, which every collection of the young generations and every full one
 //!   walked: 100k pending timers cost 6,230 instructions each to schedule, 4,294 with this.
 //! - The same holds for a `Handle` that `call_soon_threadsafe` queued from another thread while
-//!   it waits in the loop's injector (`gc_untrack` before the push, `gc_track` when the loop
-//!   moves it to the ready queue or drops it, `visit_injected` in the loop's traversal): a
+//!   it waits in the loop's injector (made untracked, `track_again` when the loop moves it to
+//!   the ready queue or drops it, `visit_injected` in the loop's traversal): a
 //!   thread pushing faster than the loop drains leaves thousands of handles there, and the
 //!   collector's passes over them cost about a third of each push before.
 //! - The same holds for a `call_soon` handle (and a `call_soon_threadsafe` one made on the loop's
 //!   thread) while it waits in the ready queue: it is made untracked (`new_handle(.., false)`),
-//!   with its context if that is a reused copy (`context_pool`: untracked from the start, the
-//!   flag set by `make_handle`), and the loop's traversal visits it in place (`Ready::visit`).
+//!   with its own context copy, and the loop's traversal visits it in place (`Ready::visit`).
 //!   Whichever way its entry leaves the queue (run, skipped as cancelled, dropped by `close()` or
 //!   the loop's `tp_clear`), `Queued`'s drop tracks it again, with its context, if anything else
 //!   still references it (the caller kept it, or the exception handler did). While it runs its
@@ -495,9 +494,7 @@ impl Drop for Queued {
         }
         // SAFETY: the GIL is held and `obj` is alive (we hold a reference).
         if unsafe { ffi::Py_REFCNT(obj) } > 1 {
-            track_own_context(handle.get());
-            // SAFETY: as above; the handle is fully initialised and untracked (checked).
-            unsafe { ffi::PyObject_GC_Track(obj.cast()) };
+            track_again(handle.as_unbound(), handle.get());
             drop(handle);
         } else {
             crate::handle_alloc::release_sole(handle);
@@ -744,9 +741,8 @@ impl Handle {
             if r == context && self.context_untracked.load(Ordering::Relaxed) {
                 // SAFETY: `context` is a live `Context` this handle holds a reference to; the
                 // collector runs with the GIL held.
-                let alone = unsafe {
-                    ffi::PyObject_GC_IsTracked(context) == 0 && ffi::Py_REFCNT(context) == 1
-                };
+                let alone =
+                    unsafe { !crate::gc_head::is_tracked(context) && ffi::Py_REFCNT(context) == 1 };
                 if alone {
                     traverse_in_place(context, visit)?;
                     continue;
@@ -800,47 +796,20 @@ fn traverse_in_place(obj: *mut ffi::PyObject, visit: &PyVisit<'_>) -> Result<(),
     }
 }
 
-/// A waiting handle's context, out of the collector's lists while the handle waits outside them
-/// (a timer in the heap, a handle in the injector), when the handle alone references it: the
-/// copy of the caller's context that `call_later` or `call_soon_threadsafe` made, not a
-/// `context=` the caller passed and still holds. The loop's traversal then visits what the
-/// context references in its place (`visit_refs`), as it does for the handle itself. Called with
-/// the GIL held, right after the handle was untracked.
-pub(crate) fn untrack_own_context(py: Python<'_>, handle: &Handle) {
-    // Only a `Context`: a GC type whose `tp_traverse` `visit_refs` runs; not one already
-    // untracked (a reused copy, `make_handle`).
-    if handle.context_untracked.load(Ordering::Relaxed) || !is_context(handle.context.bind(py)) {
-        return;
-    }
-    let context = handle.context.as_ptr();
-    // SAFETY: the GIL is held; `context` is alive (the handle holds it) and of a GC type.
-    unsafe {
-        if ffi::Py_REFCNT(context) == 1 && ffi::PyObject_GC_IsTracked(context) != 0 {
-            ffi::PyObject_GC_UnTrack(context.cast());
-            handle.context_untracked.store(true, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Tracks a handle's context again if `untrack_own_context` untracked it: when the handle is
-/// tracked again (it left the heap or the injector). Called with the GIL held.
-pub(crate) fn track_own_context(handle: &Handle) {
+/// Tracks a handle's context again if it was kept untracked with the handle (`make_handle`):
+/// when the handle is tracked again. Called with the GIL held.
+fn track_own_context(handle: &Handle) {
     if handle.context_untracked.swap(false, Ordering::Relaxed) {
         gc_track(&handle.context);
     }
 }
 
-/// Takes `obj` (a handle) out of the collector's lists if it is in them. Only the loop's code
-/// calls it, with the GIL held.
-pub(crate) fn gc_untrack<T>(obj: &Py<T>) {
-    let obj = obj.as_ptr();
-    // SAFETY: the GIL is held; `obj` is alive (referenced) and of a GC type (a handle class);
-    // untracking an object that is tracked is always allowed.
-    unsafe {
-        if ffi::PyObject_GC_IsTracked(obj) != 0 {
-            ffi::PyObject_GC_UnTrack(obj.cast());
-        }
-    }
+/// A waiting handle (`obj`, whose `Handle` part is `handle`) that left its waiting place while
+/// something else still references it: tracked by the collector again, with its own context
+/// copy if that waited untracked with it (see the module invariants). Called with the GIL held.
+pub(crate) fn track_again<T>(obj: &Py<T>, handle: &Handle) {
+    track_own_context(handle);
+    gc_track(obj);
 }
 
 /// Puts `obj` (a handle, or a waiting handle's context) back in the collector's lists if it is
@@ -850,7 +819,7 @@ pub(crate) fn gc_track<T>(obj: &Py<T>) {
     // SAFETY: the GIL is held; `obj` is alive and fully initialised (referenced) and of a GC
     // type; `PyObject_GC_Track` runs only on an untracked object (tracking twice aborts).
     unsafe {
-        if ffi::PyObject_GC_IsTracked(obj) == 0 {
+        if !crate::gc_head::is_tracked(obj) {
             ffi::PyObject_GC_Track(obj.cast());
         }
     }
@@ -863,8 +832,7 @@ pub(crate) fn unscheduled(timer: &Py<TimerHandle>) {
     timer.get().set_timer_id(NOT_SCHEDULED);
     // SAFETY: the loop's code calls this with the GIL held.
     let py = unsafe { Python::assume_attached() };
-    track_own_context(timer.bind(py).as_super().get());
-    gc_track(timer);
+    track_again(timer, timer.bind(py).as_super().get());
 }
 
 /// The loop's traversal of a timer in its heap: the handle itself while the collector tracks
@@ -893,7 +861,7 @@ fn visit_in_place<T>(
     visit: &PyVisit<'_>,
 ) -> Result<(), PyTraverseError> {
     // SAFETY: the collector runs with the GIL held and the loop holds a reference to `obj`.
-    if unsafe { ffi::PyObject_GC_IsTracked(obj.as_ptr()) } != 0 {
+    if unsafe { crate::gc_head::is_tracked(obj.as_ptr()) } {
         return visit.call(obj);
     }
     handle.visit_refs(visit)

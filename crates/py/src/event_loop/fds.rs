@@ -144,15 +144,15 @@ impl LoopCore {
             return Err(closed_error());
         }
         let debug = this.flags.debug();
-        let handle = Self::new_pooled_handle(
-            slf,
-            None,
+        let parts = super::HandleParts {
+            checked_by: None,
             callback,
-            CallArgs::from_tuple(args)?,
-            None,
+            args: CallArgs::from_tuple(args)?,
+            context: None,
             debug,
-            false,
-        )?;
+            waiting: false,
+        };
+        let handle = Self::new_pooled_handle(slf, parts)?;
         let (old, stale) = {
             let mut st = this.state.borrow(py)?;
             let existed = st.fds.contains_key(&fd);

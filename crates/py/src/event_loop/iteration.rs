@@ -276,8 +276,7 @@ impl LoopCore {
         for item in batch {
             match item {
                 Injected::Handle(h) => {
-                    crate::handle::track_own_context(h.get());
-                    crate::handle::gc_track(&h);
+                    crate::handle::track_again(&h, h.get());
                     st.ready.push(h.into());
                 }
                 Injected::Task(t) => tasks.push(t),

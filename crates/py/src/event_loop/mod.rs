@@ -54,8 +54,7 @@ impl LoopCore {
         self.shared.injector.drain_into(&mut queued);
         for item in &queued {
             if let Injected::Handle(h) = item {
-                crate::handle::track_own_context(h.get());
-                crate::handle::gc_track(h);
+                crate::handle::track_again(h, h.get());
             }
         }
         drop(queued);
@@ -218,6 +217,22 @@ pub(crate) fn current_context(py: Python<'_>) -> PyResult<(Py<PyAny>, bool)> {
         .map(|c| (c.unbind(), false))
 }
 
+/// What `make_handle` builds a handle from.
+struct HandleParts<'a, 'py> {
+    /// In debug mode, the method whose callable check applies (`call_soon` and the timers
+    /// check, as asyncio's do); `None` for `add_reader`/`add_writer`, which in asyncio build
+    /// their `Handle` without one (a non-callable's TypeError reaches the exception handler).
+    checked_by: Option<&'a str>,
+    callback: &'a Bound<'py, PyAny>,
+    args: CallArgs,
+    /// `context=` as given (`None` or Python's `None`: a copy of the current context).
+    context: Option<&'a Bound<'py, PyAny>>,
+    debug: bool,
+    /// Whether the handle goes where the loop visits what it references in its place (the ready
+    /// queue, the injector, the timer heap) and so waits untracked by the collector.
+    waiting: bool,
+}
+
 impl LoopCore {
     /// Whether the loop is in debug mode (asyncio's `get_debug()`), without a Python call.
     pub(crate) fn debug(&self) -> bool {
@@ -295,28 +310,24 @@ impl LoopCore {
         Ok(method.call1((slf, args.0, args.1))?.unbind())
     }
 
-    /// Builds a handle for `callback(*args)` (context copied when not given). A `waiting` handle
-    /// goes where the loop visits what it references in its place (the ready queue, the
-    /// injector, the timer heap), so a context copy it owns may stay out of the collector's lists
-    /// with it (see handle.rs's invariants); any other is tracked. In debug mode
-    /// `checked_by` names the method whose callable check applies (`call_soon` and the timers
-    /// check, as asyncio's do); `None` for `add_reader`/`add_writer`, which in asyncio build
-    /// their `Handle` without one (a non-callable's TypeError reaches the exception handler).
+    /// Builds the handle `parts` describe (context copied when not given). A copy the loop
+    /// made for a `waiting` handle stays out of the collector's lists with it (see handle.rs's
+    /// invariants); any other context is tracked.
     #[allow(
         clippy::inline_always,
         reason = "built in place in its caller's handle: -77 instructions per call_soon under callgrind, with new_handle's"
     )]
     #[inline(always)]
-    fn make_handle(
-        slf: &Bound<'_, Self>,
-        checked_by: Option<&str>,
-        callback: &Bound<'_, PyAny>,
-        args: CallArgs,
-        context: Option<&Bound<'_, PyAny>>,
-        debug: bool,
-        waiting: bool,
-    ) -> PyResult<Handle> {
+    fn make_handle(slf: &Bound<'_, Self>, parts: HandleParts<'_, '_>) -> PyResult<Handle> {
         let py = slf.py();
+        let HandleParts {
+            checked_by,
+            callback,
+            args,
+            context,
+            debug,
+            waiting,
+        } = parts;
         let source_traceback = if debug {
             if let Some(method) = checked_by {
                 slf.call_method1(intern!(py, "_debug_check_callback"), (callback, method))?;
@@ -327,13 +338,21 @@ impl LoopCore {
             // reaches the exception handler when it runs.
             None
         };
-        let (context, untracked) = match context {
+        let (context, own_untracked) = match context {
             Some(c) if !c.is_none() => (c.clone().unbind(), false),
-            _ => current_context(py)?,
+            _ => {
+                // The loop's own copy: untracked exactly when the handle waits untracked.
+                let (copy, untracked) = current_context(py)?;
+                if waiting && !untracked {
+                    // SAFETY: the GIL is held; `copy` is a new, tracked `Context` (a GC type)
+                    // that only we reference.
+                    unsafe { ffi::PyObject_GC_UnTrack(copy.as_ptr().cast()) };
+                } else if !waiting && untracked {
+                    crate::handle::gc_track(&copy);
+                }
+                (copy, waiting)
+            }
         };
-        if untracked && !waiting {
-            crate::handle::gc_track(&context);
-        }
         let handle = Handle::new(
             py,
             callback.clone().unbind(),
@@ -342,7 +361,7 @@ impl LoopCore {
             slf.clone().into_any().unbind(),
             source_traceback,
         );
-        if untracked && waiting {
+        if own_untracked {
             handle.set_context_untracked();
         }
         Ok(handle)
@@ -358,15 +377,11 @@ impl LoopCore {
     #[inline(always)]
     fn new_pooled_handle(
         slf: &Bound<'_, Self>,
-        checked_by: Option<&str>,
-        callback: &Bound<'_, PyAny>,
-        args: CallArgs,
-        context: Option<&Bound<'_, PyAny>>,
-        debug: bool,
-        waiting: bool,
+        parts: HandleParts<'_, '_>,
     ) -> PyResult<Py<Handle>> {
-        let handle = Self::make_handle(slf, checked_by, callback, args, context, debug, waiting)?;
-        crate::handle_alloc::new_handle(slf.py(), handle, !waiting)
+        let track = !parts.waiting;
+        let handle = Self::make_handle(slf, parts)?;
+        crate::handle_alloc::new_handle(slf.py(), handle, track)
     }
 
     /// Debug mode: a non-thread-safe method called from a thread other than the running loop's.
@@ -396,7 +411,15 @@ impl LoopCore {
         if debug {
             Self::check_thread(this.state.borrow(py)?.thread_id)?;
         }
-        let base = Self::make_handle(slf, Some(method), callback, args, context, debug, true)?;
+        let parts = HandleParts {
+            checked_by: Some(method),
+            callback,
+            args,
+            context,
+            debug,
+            waiting: true,
+        };
+        let base = Self::make_handle(slf, parts)?;
         let when = timer.deadline();
         let timer = crate::handle_alloc::new_timer_handle(py, base, timer, false)?;
         // A NaN `when` compares false with everything: asyncio's heap then finds it not later
@@ -414,10 +437,6 @@ impl LoopCore {
             .timers
             .insert(key, timer.clone_ref(py));
         timer.get().set_timer_id(id.to_bits());
-        // Out of the collector's lists while in the heap, with its own context copy (see
-        // handle.rs's invariants).
-        crate::handle::gc_untrack(&timer);
-        crate::handle::untrack_own_context(py, timer.bind(py).as_super().get());
         Ok(timer)
     }
 
@@ -469,8 +488,15 @@ impl LoopCore {
                 }
             }
         }
-        let handle =
-            Self::new_pooled_handle(slf, Some("call_soon"), callback, args, context, debug, true)?;
+        let parts = HandleParts {
+            checked_by: Some("call_soon"),
+            callback,
+            args,
+            context,
+            debug,
+            waiting: true,
+        };
+        let handle = Self::new_pooled_handle(slf, parts)?;
         // Handles other threads queued earlier go first: asyncio has one FIFO for both.
         this.drain_injector(py)?;
         this.state
@@ -789,15 +815,15 @@ impl LoopCore {
             return Err(closed_error());
         }
         let debug = this.flags.debug();
-        let handle = Self::new_pooled_handle(
-            slf,
-            Some("call_soon_threadsafe"),
+        let parts = HandleParts {
+            checked_by: Some("call_soon_threadsafe"),
             callback,
-            CallArgs::from_tuple(args)?,
-            context.as_ref(),
+            args: CallArgs::from_tuple(args)?,
+            context: context.as_ref(),
             debug,
-            true,
-        )?;
+            waiting: true,
+        };
+        let handle = Self::new_pooled_handle(slf, parts)?;
         let tid = this.state.borrow(py)?.thread_id;
         if tid.is_none_or(|t| t == current_thread_ident()) {
             // On the loop's own thread (or a loop nobody runs) nothing can be asleep in epoll:
@@ -808,10 +834,8 @@ impl LoopCore {
                 .ready
                 .push(handle.clone_ref(py).into());
         } else {
-            // Out of the collector's lists while queued, with its own context copy (see
-            // handle.rs).
-            crate::handle::gc_untrack(&handle);
-            crate::handle::untrack_own_context(py, handle.get());
+            // Out of the collector's lists while queued (made so), with its own context copy
+            // (see handle.rs).
             let queued = Injected::Handle(handle.clone_ref(py));
             let Some(ticket) = this.shared.injector.push_deferred(queued) else {
                 return Ok(handle);
