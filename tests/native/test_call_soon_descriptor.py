@@ -1,0 +1,142 @@
+"""``ferroloop.Loop.call_soon``: the descriptor of ``crates/py/src/cached_method.rs``.
+
+It is a type object (so that CPython's specialised call instruction calls it directly) that
+must otherwise read and behave as the method it stands for: these cases are ferroloop's own;
+``tests/loop/test_call_soon.py`` runs the behaviour both loops share.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import sys
+
+import ferroloop
+import pytest
+from ferroloop import _native
+
+
+@pytest.fixture
+def loop():
+    loop = ferroloop.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def descriptor():
+    return ferroloop.Loop.__dict__["call_soon"]
+
+
+def test_reads_as_the_method():
+    call_soon = ferroloop.Loop.call_soon
+    assert call_soon is descriptor()
+    assert repr(call_soon) == "<method 'call_soon' of 'ferroloop._native.LoopCore' objects>"
+    assert call_soon.__name__ == "call_soon"
+    assert call_soon.__qualname__ == "Loop.call_soon"
+    assert call_soon.__doc__ == "Arrange for callback(*args) to be called soon."
+    assert call_soon.__objclass__ is _native.LoopCore
+    assert str(inspect.signature(call_soon)) == "(callback, *args, context=None)"
+    # What differs from a plain method descriptor (docs/usage.md).
+    assert isinstance(call_soon, type)
+    assert not inspect.ismethoddescriptor(call_soon)
+
+
+def test_binds_once_per_loop(loop):
+    first = loop.call_soon
+    assert loop.call_soon is first
+    assert first.__self__ is loop
+    assert descriptor().__get__(loop, type(loop)) is first
+    assert descriptor().__get__(None, type(loop)) is descriptor()
+    other = ferroloop.new_event_loop()
+    try:
+        assert other.call_soon is not first
+        assert other.call_soon.__self__ is other
+    finally:
+        other.close()
+
+
+def test_unbound_calls_check_self_and_arguments(loop):
+    got = []
+    handle = ferroloop.Loop.call_soon(loop, got.append, 1, context=contextvars.copy_context())
+    other = loop.call_soon(print)
+    other.cancel()
+    assert type(handle) is type(other)
+    with pytest.raises(TypeError, match="doesn't apply to a 'int' object"):
+        ferroloop.Loop.call_soon(1, print)
+    with pytest.raises(TypeError, match="needs an argument"):
+        ferroloop.Loop.call_soon()
+    with pytest.raises(TypeError):
+        ferroloop.Loop.call_soon(loop, print, nope=1)
+    # Through tp_call (a dict of keywords) as through vectorcall.
+    ferroloop.Loop.call_soon(*(loop, got.append, 2), **{"context": None})
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert got == [1, 2]
+
+
+def test_cannot_be_made_subclassed_or_changed():
+    call_soon = descriptor()
+    with pytest.raises(TypeError):
+        call_soon()
+    with pytest.raises(TypeError):
+        type(call_soon)("call_soon", (), {})
+    with pytest.raises(TypeError):
+        type.__new__(type(call_soon), "call_soon", (), {})
+    with pytest.raises(TypeError):
+
+        class Sub(call_soon):  # type: ignore[misc, valid-type]
+            pass
+
+    with pytest.raises(TypeError):
+        call_soon.__doc__ = "changed"
+    with pytest.raises(RuntimeError, match="once"):
+        _native._install_fast_methods(ferroloop.Loop)
+
+
+def test_python_call_sites_run_callbacks_in_order(loop):
+    # The call specialises after a few runs of the same instruction (3.11-3.13): every run,
+    # before and after, must queue in order.
+    got = []
+
+    def schedule(i):
+        loop.call_soon(got.append, i)
+
+    for i in range(200):
+        schedule(i)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert got == list(range(200))
+
+
+def test_an_instance_attribute_shadows_it(loop):
+    calls = []
+
+    def patched(callback, *args, context=None):
+        calls.append(callback)
+        return ferroloop.Loop.call_soon(loop, callback, *args, context=context)
+
+    loop.call_soon = patched
+    try:
+        fut = loop.create_future()
+        fut.add_done_callback(lambda f: None)
+        fut.set_result(1)  # the C Future looks call_soon up on the loop
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+    finally:
+        del loop.call_soon
+    assert len(calls) == 2
+    assert loop.call_soon.__self__ is loop
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="CPython's refcounts")
+def test_the_c_future_lookup_allocates_no_method(loop):
+    bound = loop.call_soon
+    before = sys.getrefcount(bound)
+    futures = [loop.create_future() for _ in range(10)]
+    for fut in futures:
+        fut.add_done_callback(lambda f: None)
+        fut.set_result(None)
+    # Each C Future's lookup returned the one cached bound method, each queued callback dropped it.
+    assert sys.getrefcount(bound) == before
+    loop.call_soon(loop.stop)
+    loop.run_forever()
