@@ -179,6 +179,9 @@ unsafe extern "C" fn refuse_new(
 fn meta_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
     static TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
     TYPE.get_or_try_init(py, || {
+        // CPython keeps pointers into the member and slot tables for the type's lifetime (the
+        // process), so they are leaked once. `__vectorcalloffset__` points at a type object's own
+        // `tp_vectorcall`, which `wrap` sets on the one instance.
         let members: &'static mut [ffi::PyMemberDef] = Box::leak(Box::new([
             ffi::PyMemberDef {
                 name: c"__vectorcalloffset__".as_ptr(),
