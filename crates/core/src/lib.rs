@@ -17,9 +17,12 @@
 //! `Sync` by construction (a mutex plus atomics).
 
 pub mod clock;
+pub mod front;
+pub mod handoff;
 pub mod http;
 pub mod inject;
 pub mod intmap;
+pub mod net;
 pub mod outq;
 pub mod poller;
 pub mod ready;

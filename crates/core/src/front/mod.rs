@@ -1,0 +1,664 @@
+//! The dispatching front (`--workers N`): one process with one thread and its own epoll that
+//! owns the listening sockets and every idle connection, and hands each request, with its
+//! connection, to a worker that is free ([`dispatch`]).
+//!
+//! A request's path: the front accepts, reads until the request head is whole, chooses a
+//! worker by lane and load, and sends the connection with the bytes it read over the worker's
+//! channel ([`crate::handoff`]). The worker serves the request; once the response is written
+//! and the connection is idle, it sends the connection back (`Return`, with any bytes of the
+//! next request already read), or tells the front it closed it or keeps it (`Done`: an error,
+//! `Connection: close`, a WebSocket). So an idle keep-alive connection belongs to no worker,
+//! and a worker busy with a large upload is never handed the next small request.
+//!
+//! Who owns what:
+//! - The front owns the listeners, the idle connections (`conns`) and the requests no worker
+//!   may take yet (`pending`). A handed connection's fd is the worker's from the moment its
+//!   `Conn` datagram is sent: the front keeps only its token, to count the worker's load.
+//! - The supervisor owns the workers' processes. It gives the front each new worker's channel
+//!   over the control socket (`worker ID LANE` with the fd) and says `drain SECONDS` at
+//!   shutdown; the front never forks or signals.
+//!
+//! Invariants:
+//! - Everything runs on one thread, the only one in its process; nothing blocks but
+//!   `epoll_wait`.
+//! - A connection is in exactly one place: `conns` (registered in the poller), `pending`
+//!   (not registered), or handed to one worker (counted in its `handed`).
+//! - A worker that goes away (its channel reads end of stream) takes the connections handed to
+//!   it: the kernel closes them with the worker, and each client sees its connection close.
+//! - Draining: the listeners close at once (new connections are refused by the kernel);
+//!   heads already read or arriving are still dispatched, marked [`CLOSE_AFTER`]; an idle
+//!   connection with nothing read is closed. The front returns when nothing is left or at the
+//!   drain deadline, and its return closes the channels, which tells the workers.
+
+mod dispatch;
+
+pub use dispatch::{choose, Lane, Load};
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Duration;
+
+use crate::clock;
+use crate::handoff::{recv_datagram, ChannelIn, ChannelOut, Kind, Message, Peer};
+use crate::http::{error_response, parse_head, BodyKind, Head, Limits, ServerFields};
+use crate::net;
+use crate::poller::{Events, Interest, Poller};
+
+/// `detail` of a `Conn`: answer this request with `Connection: close` (the front is draining).
+pub const CLOSE_AFTER: u8 = 1;
+/// `detail` of a `Done`: the worker closed the connection.
+pub const DONE_CLOSED: u8 = 0;
+/// `detail` of a `Done`: the worker keeps the connection for good (a WebSocket).
+pub const DONE_KEPT: u8 = 1;
+/// The token of a worker's `Done` that says it is shutting down: it gets nothing new, and the
+/// front closes its channel once every request handed to it is back.
+pub const LEAVING: u64 = 0;
+
+/// Bytes asked of each read of an idle connection.
+const READ_CHUNK: usize = 64 * 1024;
+/// Seconds the listeners rest after `accept` failed for want of fds or memory.
+const ACCEPT_PAUSE: f64 = 1.0;
+/// How often deadlines are checked.
+const SWEEP: Duration = Duration::from_millis(100);
+
+/// Poller tokens: the control socket, listeners, workers' channels and idle connections.
+const CONTROL: u64 = 0;
+const LISTENER: u64 = 1;
+const WORKER: u64 = 1 << 40;
+const CONN: u64 = 2 << 40;
+const INDEX: u64 = (1 << 40) - 1;
+
+/// The front's fixed configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub limits: Limits,
+    /// A request whose declared body is larger (or chunked) is bulk work.
+    pub bulk_body: u64,
+    pub timeout_keep_alive: f64,
+    pub timeout_header: f64,
+    pub server_header: bool,
+}
+
+struct Worker {
+    id: u32,
+    lane: Lane,
+    chan: OwnedFd,
+    out: ChannelOut,
+    inp: ChannelIn,
+    /// Tokens of the requests handed to it and not yet back: whether each is bulk, and when
+    /// it was handed (monotonic nanoseconds).
+    handed: HashMap<u64, (bool, u64)>,
+    bulk: usize,
+    /// Its channel is registered for writability (the out queue is not empty).
+    waiting_to_write: bool,
+    /// It said `LEAVING`.
+    leaving: bool,
+}
+
+impl Worker {
+    fn load(&self) -> Load {
+        Load {
+            lane: self.lane,
+            in_flight: self.handed.len(),
+            bulk_in_flight: self.bulk,
+            leaving: self.leaving,
+            oldest: self.handed.values().map(|&(_, at)| at).min().unwrap_or(0),
+        }
+    }
+}
+
+/// A connection the front holds: no request of it is with a worker.
+struct Idle {
+    fd: OwnedFd,
+    listener: u8,
+    peer: Peer,
+    buf: Vec<u8>,
+    eof: bool,
+    deadline: f64,
+    /// The deadline is the header timeout (part of a head has arrived).
+    header_clock: bool,
+}
+
+/// Counts for the log line at the end and for tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    pub accepted: u64,
+    pub dispatched: u64,
+    pub returned: u64,
+    /// Connections a worker took with it when it went away.
+    pub lost_with_worker: u64,
+}
+
+pub struct Front<'a> {
+    poller: Poller,
+    config: Config,
+    control: Option<OwnedFd>,
+    listeners: Vec<Option<OwnedFd>>,
+    workers: Vec<Worker>,
+    conns: Vec<Option<Idle>>,
+    free: Vec<usize>,
+    pending: VecDeque<(Idle, bool)>,
+    next_token: u64,
+    cursor: usize,
+    head: Head,
+    draining: Option<f64>,
+    /// The listeners are out of the poller until then (`accept` failed).
+    accept_paused: Option<f64>,
+    stats: Stats,
+    log: &'a mut dyn FnMut(&str),
+}
+
+impl<'a> Front<'a> {
+    pub fn new(
+        listeners: Vec<OwnedFd>,
+        control: OwnedFd,
+        config: Config,
+        log: &'a mut dyn FnMut(&str),
+    ) -> io::Result<Self> {
+        let poller = Poller::new()?;
+        poller.add(control.as_raw_fd(), CONTROL, Interest::READ)?;
+        for (i, l) in listeners.iter().enumerate() {
+            poller.add(l.as_raw_fd(), LISTENER + i as u64, Interest::READ)?;
+        }
+        Ok(Self {
+            poller,
+            config,
+            control: Some(control),
+            listeners: listeners.into_iter().map(Some).collect(),
+            workers: Vec::new(),
+            conns: Vec::new(),
+            free: Vec::new(),
+            pending: VecDeque::new(),
+            next_token: 1,
+            cursor: 0,
+            head: Head::default(),
+            draining: None,
+            accept_paused: None,
+            stats: Stats::default(),
+            log,
+        })
+    }
+
+    /// Serves until drained (or the control socket closes); returns the counts.
+    pub fn run(mut self) -> io::Result<Stats> {
+        let mut events = Events::with_capacity(256);
+        let mut ready: Vec<(u64, bool, bool)> = Vec::with_capacity(256);
+        let mut next_sweep = clock::monotonic();
+        loop {
+            match self.poller.wait(&mut events, Some(SWEEP)) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            ready.clear();
+            ready.extend(events.iter().map(|(t, r)| (t, r.readable, r.writable)));
+            for &(token, readable, writable) in &ready {
+                match token & !INDEX {
+                    0 if token == CONTROL && !self.on_control()? => return Ok(self.stats),
+                    0 if token == CONTROL => {}
+                    0 => self.on_listener((token - LISTENER) as usize),
+                    WORKER => self.on_worker((token & INDEX) as u32, readable, writable),
+                    CONN => self.on_conn((token & INDEX) as usize),
+                    _ => {}
+                }
+            }
+            let now = clock::monotonic();
+            if now >= next_sweep {
+                next_sweep = now + SWEEP.as_secs_f64();
+                self.sweep(now);
+            }
+            if self.finished(now) {
+                let stats = self.stats;
+                let lost: usize = self.workers.iter().map(|w| w.handed.len()).sum();
+                if lost > 0 {
+                    (self.log)(&format!(
+                        "graceful shutdown timed out with {lost} request(s) still with workers"
+                    ));
+                }
+                return Ok(stats);
+            }
+        }
+    }
+
+    /// Reads the control socket; `false` when the supervisor is gone.
+    fn on_control(&mut self) -> io::Result<bool> {
+        let Some(control) = self.control.as_ref().map(AsRawFd::as_raw_fd) else {
+            return Ok(true);
+        };
+        let mut buf = [0u8; 256];
+        loop {
+            match recv_datagram(control, &mut buf) {
+                Ok(None) => return Ok(true),
+                Ok(Some((n, fd))) => self.control_message(&buf[..n], fd),
+                Err(_) => {
+                    // The supervisor is gone: nobody will replace workers or say drain.
+                    self.control = None;
+                    return Ok(false);
+                }
+            }
+        }
+    }
+
+    fn control_message(&mut self, text: &[u8], fd: Option<OwnedFd>) {
+        let text = String::from_utf8_lossy(text);
+        let mut words = text.split_whitespace();
+        match (words.next(), words.next(), words.next(), fd) {
+            (Some("worker"), Some(id), Some(lane), Some(chan)) => {
+                let (Ok(id), lane) = (id.parse::<u32>(), lane) else {
+                    return;
+                };
+                let lane = if lane == "fast" {
+                    Lane::Fast
+                } else {
+                    Lane::General
+                };
+                self.add_worker(id, lane, chan);
+            }
+            (Some("drain"), Some(seconds), _, _) => {
+                let seconds = seconds.parse::<f64>().unwrap_or(f64::INFINITY);
+                self.drain(clock::monotonic() + seconds);
+            }
+            _ => (self.log)(&format!("front: unknown control message {text:?}")),
+        }
+    }
+
+    fn add_worker(&mut self, id: u32, lane: Lane, chan: OwnedFd) {
+        if let Err(e) = self
+            .poller
+            .add(chan.as_raw_fd(), WORKER | u64::from(id), Interest::READ)
+        {
+            (self.log)(&format!("front: cannot watch worker {id}'s channel: {e}"));
+            return;
+        }
+        self.workers.push(Worker {
+            id,
+            lane,
+            chan,
+            out: ChannelOut::new(),
+            inp: ChannelIn::new(),
+            handed: HashMap::new(),
+            bulk: 0,
+            waiting_to_write: false,
+            leaving: false,
+        });
+        // Requests that waited for a worker go now, in arrival order.
+        let waiting: Vec<(Idle, bool)> = self.pending.drain(..).collect();
+        for (conn, bulk) in waiting {
+            self.hand(conn, bulk);
+        }
+    }
+
+    /// Stops accepting; what was read is still served; returns by `deadline` at the latest.
+    pub fn drain(&mut self, deadline: f64) {
+        self.draining = Some(deadline);
+        for l in self.listeners.iter_mut().filter_map(Option::take) {
+            let _ = self.poller.delete(l.as_raw_fd());
+        }
+        // Idle connections: a request already sent is read and served; the others close.
+        for slot in 0..self.conns.len() {
+            if self.conns[slot].is_some() {
+                self.on_conn(slot);
+            }
+            if self.conns[slot].as_ref().is_some_and(|c| c.buf.is_empty()) {
+                self.close(slot);
+            }
+        }
+    }
+
+    fn finished(&self, now: f64) -> bool {
+        let Some(deadline) = self.draining else {
+            return false;
+        };
+        now >= deadline
+            || (self.conns.iter().all(Option::is_none)
+                && self.pending.is_empty()
+                && self
+                    .workers
+                    .iter()
+                    .all(|w| w.handed.is_empty() && w.out.is_empty()))
+    }
+
+    fn on_listener(&mut self, index: usize) {
+        let Some(fd) = self
+            .listeners
+            .get(index)
+            .and_then(|l| l.as_ref().map(AsRawFd::as_raw_fd))
+        else {
+            return;
+        };
+        for _ in 0..64 {
+            match net::accept(fd) {
+                Ok(Some((conn, peer))) => {
+                    self.stats.accepted += 1;
+                    let idle = Idle {
+                        fd: conn,
+                        listener: index as u8,
+                        peer,
+                        buf: Vec::new(),
+                        eof: false,
+                        deadline: clock::monotonic() + self.config.timeout_header,
+                        header_clock: true,
+                    };
+                    self.watch(idle);
+                }
+                Ok(None) => return,
+                Err(e) if is_transient(&e) => return,
+                Err(e) => {
+                    // Out of fds or memory (or worse): the connection stays in the backlog and
+                    // the listener readable, so stop watching it for a while.
+                    (self.log)(&format!(
+                        "front: accept failed: {e}; not accepting for {ACCEPT_PAUSE} s (raise \
+                         the open-files limit, ulimit -n, if it says too many open files)"
+                    ));
+                    let _ = self.poller.delete(fd);
+                    self.accept_paused = Some(clock::monotonic() + ACCEPT_PAUSE);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Registers an idle connection; returns its slot.
+    fn watch(&mut self, idle: Idle) -> Option<usize> {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.conns.push(None);
+            self.conns.len() - 1
+        });
+        if let Err(e) = self
+            .poller
+            .add(idle.fd.as_raw_fd(), CONN | slot as u64, Interest::READ)
+        {
+            (self.log)(&format!("front: cannot watch a connection: {e}"));
+            self.free.push(slot);
+            return None;
+        }
+        self.conns[slot] = Some(idle);
+        Some(slot)
+    }
+
+    fn close(&mut self, slot: usize) {
+        if let Some(conn) = self.conns[slot].take() {
+            let _ = self.poller.delete(conn.fd.as_raw_fd());
+            self.free.push(slot);
+        }
+    }
+
+    /// An idle connection is readable (or was just given bytes): read, and hand a whole head on.
+    fn on_conn(&mut self, slot: usize) {
+        let Some(conn) = self.conns[slot].as_mut() else {
+            return;
+        };
+        if !conn.eof {
+            let start = conn.buf.len();
+            conn.buf.resize(start + READ_CHUNK, 0);
+            match net::recv(conn.fd.as_raw_fd(), &mut conn.buf[start..]) {
+                Ok(Some(0)) => {
+                    conn.buf.truncate(start);
+                    conn.eof = true;
+                }
+                Ok(Some(n)) => conn.buf.truncate(start + n),
+                Ok(None) => conn.buf.truncate(start),
+                Err(_) => {
+                    self.close(slot);
+                    return;
+                }
+            }
+        }
+        if conn.buf.is_empty() {
+            if conn.eof {
+                self.close(slot);
+            }
+            return;
+        }
+        let bulk = match parse_head(&mut conn.buf, &self.config.limits, &mut self.head) {
+            Ok(true) => match self.head.body {
+                BodyKind::Chunked => true,
+                BodyKind::Length(n) => n > self.config.bulk_body,
+                BodyKind::Empty => false,
+            },
+            // Half a head: wait for the rest, under the header timeout.
+            Ok(false) if !conn.eof => {
+                if !conn.header_clock {
+                    conn.header_clock = true;
+                    conn.deadline = clock::monotonic() + self.config.timeout_header;
+                }
+                return;
+            }
+            Ok(false) => {
+                self.close(slot);
+                return;
+            }
+            // A malformed head: the worker answers it (400, 414, 431...) as it would its own.
+            Err(_) => false,
+        };
+        let conn = self.conns[slot].take().expect("checked above");
+        let _ = self.poller.delete(conn.fd.as_raw_fd());
+        self.free.push(slot);
+        self.hand(conn, bulk);
+    }
+
+    /// Sends a connection whose head is whole to the worker the policy picks, or queues it.
+    fn hand(&mut self, conn: Idle, bulk: bool) {
+        let loads: Vec<Load> = self.workers.iter().map(Worker::load).collect();
+        // With no general worker at all, bulk work goes wherever it can.
+        let no_general = !loads.iter().any(|l| l.lane == Lane::General);
+        let Some(i) = choose(&loads, bulk && !no_general, self.cursor) else {
+            self.pending.push_back((conn, bulk));
+            return;
+        };
+        self.cursor = i;
+        let token = self.next_token;
+        self.next_token += 1;
+        let detail = if self.draining.is_some() {
+            CLOSE_AFTER
+        } else {
+            0
+        };
+        let worker = &mut self.workers[i];
+        worker
+            .handed
+            .insert(token, (bulk, (clock::monotonic() * 1e9) as u64));
+        worker.bulk += usize::from(bulk);
+        let mut msg = Message::conn(
+            Kind::Conn,
+            token,
+            conn.listener,
+            conn.peer,
+            conn.fd,
+            conn.buf,
+        );
+        msg.detail = detail;
+        worker.out.push(msg);
+        self.stats.dispatched += 1;
+        let id = worker.id;
+        self.flush_worker(id);
+    }
+
+    fn worker_index(&self, id: u32) -> Option<usize> {
+        self.workers.iter().position(|w| w.id == id)
+    }
+
+    fn flush_worker(&mut self, id: u32) {
+        let Some(i) = self.worker_index(id) else {
+            return;
+        };
+        let worker = &mut self.workers[i];
+        match worker.out.flush(worker.chan.as_raw_fd()) {
+            Ok(empty) => {
+                if empty == worker.waiting_to_write {
+                    let interest = if empty {
+                        Interest::READ
+                    } else {
+                        Interest {
+                            readable: true,
+                            writable: true,
+                        }
+                    };
+                    let _ = self.poller.modify(
+                        worker.chan.as_raw_fd(),
+                        WORKER | u64::from(id),
+                        interest,
+                    );
+                    worker.waiting_to_write = !empty;
+                }
+            }
+            Err(_) => self.worker_gone(i),
+        }
+    }
+
+    fn on_worker(&mut self, id: u32, readable: bool, writable: bool) {
+        if writable {
+            self.flush_worker(id);
+        }
+        if !readable {
+            return;
+        }
+        loop {
+            let Some(i) = self.worker_index(id) else {
+                return;
+            };
+            let worker = &mut self.workers[i];
+            match worker.inp.recv(worker.chan.as_raw_fd()) {
+                Ok(None) => {
+                    if worker.leaving && worker.handed.is_empty() && worker.out.is_empty() {
+                        // Its last request is back: closing the channel lets it exit.
+                        let gone = self.workers.remove(i);
+                        let _ = self.poller.delete(gone.chan.as_raw_fd());
+                    }
+                    return;
+                }
+                Ok(Some(msg)) => self.worker_message(i, msg),
+                Err(_) => {
+                    self.worker_gone(i);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn worker_message(&mut self, i: usize, msg: Message) {
+        let worker = &mut self.workers[i];
+        if msg.kind == Kind::Done && msg.token == LEAVING {
+            worker.leaving = true;
+            return;
+        }
+        if let Some((bulk, _)) = worker.handed.remove(&msg.token) {
+            worker.bulk -= usize::from(bulk);
+        }
+        let Message {
+            kind,
+            listener,
+            peer,
+            fd,
+            data,
+            ..
+        } = msg;
+        if kind != Kind::Return {
+            return;
+        }
+        let Some(fd) = fd else {
+            return;
+        };
+        self.stats.returned += 1;
+        let idle = Idle {
+            fd,
+            listener,
+            peer,
+            buf: data,
+            eof: false,
+            deadline: clock::monotonic() + self.config.timeout_keep_alive,
+            header_clock: false,
+        };
+        let has_data = !idle.buf.is_empty();
+        if let Some(slot) = self.watch(idle) {
+            // Bytes of the next request may have come back with it; those still in the socket
+            // make it readable (no read here just to find it empty, the usual case).
+            if has_data || self.draining.is_some() {
+                self.on_conn(slot);
+            }
+            if self.draining.is_some()
+                && self.conns[slot].as_ref().is_some_and(|c| c.buf.is_empty())
+            {
+                self.close(slot);
+            }
+        }
+    }
+
+    fn worker_gone(&mut self, i: usize) {
+        let mut worker = self.workers.remove(i);
+        let _ = self.poller.delete(worker.chan.as_raw_fd());
+        // Connections it never received go to another worker, in order.
+        for msg in worker.out.take_unsent() {
+            let Some(fd) = msg.fd else {
+                continue;
+            };
+            let bulk = worker
+                .handed
+                .remove(&msg.token)
+                .is_some_and(|(bulk, _)| bulk);
+            self.stats.dispatched -= 1;
+            let idle = Idle {
+                fd,
+                listener: msg.listener,
+                peer: msg.peer,
+                buf: msg.data,
+                eof: false,
+                deadline: clock::monotonic() + self.config.timeout_header,
+                header_clock: true,
+            };
+            self.hand(idle, bulk);
+        }
+        let lost = worker.handed.len();
+        self.stats.lost_with_worker += lost as u64;
+        if lost > 0 {
+            (self.log)(&format!(
+                "worker {} went away with {lost} request(s) in flight; their connections are closed",
+                worker.id
+            ));
+        }
+    }
+
+    /// Closes idle connections past their deadline: quietly after the keep-alive timeout, with
+    /// a 408 after the header timeout.
+    fn sweep(&mut self, now: f64) {
+        if self.accept_paused.is_some_and(|until| now >= until) {
+            self.accept_paused = None;
+            for (i, l) in self.listeners.iter().enumerate() {
+                if let Some(l) = l {
+                    let _ = self
+                        .poller
+                        .add(l.as_raw_fd(), LISTENER + i as u64, Interest::READ);
+                }
+            }
+        }
+        for slot in 0..self.conns.len() {
+            let Some(conn) = self.conns[slot].as_ref() else {
+                continue;
+            };
+            if now < conn.deadline {
+                continue;
+            }
+            if conn.header_clock && !conn.buf.is_empty() {
+                let fields = ServerFields {
+                    date: None,
+                    server: self.config.server_header.then_some(b"ferroloop"),
+                    extra: &[],
+                };
+                let response = error_response(408, "Request Timeout", &fields, false);
+                let _ = net::send(conn.fd.as_raw_fd(), &response);
+            }
+            self.close(slot);
+        }
+    }
+}
+
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR)
+    )
+}
+
+#[cfg(test)]
+mod tests;
