@@ -37,6 +37,7 @@ __all__ = [
     "_install_transport_methods",
     "_prepare_exit",
     "check_tls",
+    "run_front",
 ]
 DEBUG_BUILD: bool
 HANDLE_POOL: bool
@@ -238,6 +239,19 @@ def check_tls(
     tls_client_auth: int = 0,
     tls_versions: list[str] | None = None,
 ) -> None: ...
+def run_front(
+    listeners: list[int],
+    control: int,
+    *,
+    log: Callable[[str], object],
+    bulk_body: int = 1048576,
+    timeout_keep_alive: float = 5.0,
+    timeout_header: float = 10.0,
+    limit_header_size: int = 65536,
+    limit_headers: int = 100,
+    limit_uri: int = 8192,
+    server_header: bool = True,
+) -> tuple[int, int, int, int]: ...
 
 @final
 class HttpServer:
@@ -279,13 +293,15 @@ class HttpServer:
         tls_client_ca: bytes | None = None,
         tls_client_auth: int = 0,
         tls_versions: list[str] | None = None,
+        handoff: bool = False,
+        server: Any = None,
     ) -> HttpServer: ...
     def start(self) -> None: ...
     def close(self) -> None: ...
     def shutdown(self) -> None: ...
     def abort(self) -> None: ...
     def _sweep(self) -> None: ...
-    def __call__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __call__(self, writable: bool = False) -> None: ...
     @property
     def connections(self) -> int: ...
     @property

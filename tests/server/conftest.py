@@ -571,3 +571,18 @@ def poll(check: Callable[[], object], what: str, timeout: float = IO_TIMEOUT) ->
 def wait_until() -> Callable[..., object]:
     """``wait_until(check, what, timeout=IO_TIMEOUT)``: poll ``check`` until truthy."""
     return poll
+
+
+def process_gone(pid: int) -> bool:
+    """True once ``pid`` has exited (reaped or a zombie)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+@pytest.fixture
+def is_gone() -> Callable[[int], bool]:
+    """``is_gone(pid)``: the process has exited (reaped or a zombie)."""
+    return process_gone

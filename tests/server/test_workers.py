@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from pathlib import Path
 
 import pytest
 
@@ -16,15 +15,6 @@ def pid_of_a_worker(http_request, server) -> dict[str, int]:
     response = http_request(server, "GET", "/pid", headers=[("Connection", "close")])
     assert response.status == 200
     return json.loads(response.body)
-
-
-def is_gone(pid: int) -> bool:
-    """True once ``pid`` has exited (reaped or a zombie)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return True
-    return "\nState:\tZ" in status
 
 
 @pytest.fixture
@@ -38,7 +28,7 @@ def test_requests_are_served_by_child_processes(workers, http_request):
     assert all(entry["ppid"] == workers.proc.pid for entry in seen)
 
 
-def test_killed_worker_is_replaced(workers, http_request, wait_until):
+def test_killed_worker_is_replaced(workers, http_request, wait_until, is_gone):
     first = pid_of_a_worker(http_request, workers)["pid"]
     os.kill(first, signal.SIGKILL)
     wait_until(lambda: is_gone(first), f"worker {first} to die")
@@ -59,7 +49,7 @@ def test_killed_worker_is_replaced(workers, http_request, wait_until):
 
 
 def test_worker_that_stops_answering_health_checks_is_replaced(
-    spawn_server, http_request, wait_until
+    spawn_server, http_request, wait_until, is_gone
 ):
     server = spawn_server("raw_asgi:app", "--workers", "2", "--timeout-worker-healthcheck", "1")
     first = pid_of_a_worker(http_request, server)["pid"]

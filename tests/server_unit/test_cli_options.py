@@ -25,6 +25,8 @@ def test_defaults():
     assert options["timeout_header"] == 10.0 and options["limit_header_size"] == 65536
     assert options["limit_headers"] == 100 and options["limit_uri"] == 8192
     assert options["limit_body"] is None and options["reuse_port"] is False
+    assert options["dispatch"] == "front" and options["lane_bulk_body"] == 1024 * 1024
+    assert options["lane_fast_workers"] == 1
     assert options["use_colors"] is None and options["log_level"] is None
     assert options["log_config"] is LOGGING_CONFIG  # not None, which would mean "leave alone"
 
@@ -64,6 +66,9 @@ def test_every_option():
         "--no-server-header",
         "--no-date-header",
         "--reuse-port",
+        "--dispatch", "kernel",
+        "--lane-bulk-body", "65536",
+        "--lane-fast-workers", "2",
         "--timeout-header", "3",
         "--limit-header-size", "8192",
         "--limit-headers", "50",
@@ -124,6 +129,9 @@ def test_every_option():
         "server_header": False,
         "date_header": False,
         "reuse_port": True,
+        "dispatch": "kernel",
+        "lane_bulk_body": 65536,
+        "lane_fast_workers": 2,
         "timeout_header": 3.0,
         "limit_header_size": 8192,
         "limit_headers": 50,

@@ -50,7 +50,7 @@ def fake_children(monkeypatch):
     script: list[tuple[float, int]] = []
     spawned: list[int] = []
 
-    def spawn(config, sockets, request_limit=None, health=None, parent_only=()):
+    def spawn(config, sockets, request_limit=None, health=None, parent_only=(), channel=None):
         seconds, code = script.pop(0) if script else (60.0, 0)
         pid = os.fork()
         if pid == 0:
@@ -145,7 +145,7 @@ def test_quick_crashes_back_off(fake_children):
     sup = Supervisor(Config("m:app", workers=1, log_config=None), [])
     sup.spawn()
     step_until(sup, lambda: sup._quick_deaths == 3)
-    assert sup._spawn_due and sup._spawn_due[0] - time.monotonic() > 0.2  # 0.4 s pending
+    assert sup._spawn_due and sup._spawn_due[0][0] - time.monotonic() > 0.2  # 0.4 s pending
     sup._stop_all()
 
 
@@ -186,9 +186,11 @@ def test_workers_that_answer_health_checks_are_left_alone(fake_children, caplog)
 
 def test_supervisor_end_to_end(tmp_path):
     with running_harness(tmp_path, workers=2, limit_max_requests=50) as proc:
-        output = read_until(proc, "Started worker process", count=3)
+        # Two workers and one fast-lane worker behind the front, then a replacement.
+        output = read_until(proc, "Started worker process", count=4)
         assert "ferroloop running on http://127.0.0.1:" in output
         assert "Started parent process" in output
+        assert "Started front process" in output
         proc.send_signal(signal.SIGTERM)
     output += finish(proc)
     assert proc.returncode == 0, output

@@ -175,6 +175,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--reuse-port", action="store_true", help="SO_REUSEPORT; each worker binds its own")
     add(
+        "--dispatch",
+        choices=["front", "kernel"],
+        default="front",
+        help="with --workers: 'front' (a front process holds the connections and hands each "
+        "request to a free worker) or 'kernel' (every worker accepts on the shared socket)",
+    )
+    add(
+        "--lane-bulk-body",
+        type=int,
+        default=1024 * 1024,
+        help="with the front: a request body over this many bytes (or chunked) is bulk work",
+    )
+    add(
+        "--lane-fast-workers",
+        type=int,
+        default=1,
+        help="with the front: workers started besides --workers that never take bulk work",
+    )
+    add(
         "--timeout-header",
         type=float,
         default=10.0,

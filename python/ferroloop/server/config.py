@@ -137,6 +137,9 @@ class Config:
         ws_ping_timeout: float | None = 20.0,
         ws_per_message_deflate: bool = True,
         wsgi_threads: int = 10,
+        dispatch: Literal["front", "kernel"] = "front",
+        lane_bulk_body: int = 1024 * 1024,
+        lane_fast_workers: int = 1,
     ) -> None:
         self.app = app
         self.host = host
@@ -144,6 +147,11 @@ class Config:
         self.uds = uds
         self.fd = fd
         self.workers = workers or 1
+        # --workers N: "front" puts a dispatching front before the workers (supervisor.py);
+        # "kernel" has every worker accept on the shared listener, as before.
+        self.dispatch = dispatch
+        self.lane_bulk_body = lane_bulk_body
+        self.lane_fast_workers = lane_fast_workers
         self.factory = factory
         self.app_dir = app_dir
         self.root_path = root_path
@@ -269,6 +277,10 @@ class Config:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be between 0 and 65535, not {self.port}")
         _positive("workers", self.workers)
+        if self.dispatch not in ("front", "kernel"):
+            raise ValueError(f"dispatch must be 'front' or 'kernel', not {self.dispatch!r}")
+        if self.lane_bulk_body < 0 or self.lane_fast_workers < 0:
+            raise ValueError("lane_bulk_body and lane_fast_workers must not be negative")
         _positive("backlog", self.backlog)
         _positive("limit_concurrency", self.limit_concurrency)
         _positive("limit_max_requests", self.limit_max_requests)

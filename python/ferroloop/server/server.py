@@ -37,6 +37,7 @@ from typing import Any
 
 from .access_log import ErrorLog, access_log_callback
 from .config import STARTUP_FAILURE, Config, jittered_request_limit
+from .front import WorkerChannel
 from .lifespan import Lifespan
 from .sockets import bind_sockets, log_listeners, remove_unix_socket
 
@@ -94,22 +95,30 @@ class Server:
 
     # -- running -------------------------------------------------------------------------------
 
-    def run(self, sockets: list[socket.socket] | None = None) -> None:
+    def run(
+        self, sockets: list[socket.socket] | None = None, channel: WorkerChannel | None = None
+    ) -> None:
         """Runs ``serve()`` on a new ferroloop loop (``ferroloop.run``)."""
         from .._runner import run as run_on_ferroloop
 
         if not self.config.loaded:
             self.config.load()  # fail before a loop exists
-        run_on_ferroloop(self.serve(sockets=sockets))
+        run_on_ferroloop(self.serve(sockets=sockets, channel=channel))
 
-    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+    async def serve(
+        self, sockets: list[socket.socket] | None = None, channel: WorkerChannel | None = None
+    ) -> None:
+        """``channel``: a worker behind the front serves what it hands over (``front.py``)."""
         loop = asyncio.get_running_loop()
         require_ferroloop_loop(loop)
         with self.capture_signals(loop):
-            await self._serve(loop, sockets)
+            await self._serve(loop, sockets, channel)
 
     async def _serve(
-        self, loop: asyncio.AbstractEventLoop, sockets: list[socket.socket] | None
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sockets: list[socket.socket] | None,
+        channel: WorkerChannel | None = None,
     ) -> None:
         config = self.config
         http_server_class = self.http_server_class or native_http_server_class()
@@ -118,8 +127,11 @@ class Server:
         pid = os.getpid()
         logger.info("Started server process [%d]", pid)
 
-        self._owns_sockets = sockets is None
-        listeners = bind_sockets(config) if sockets is None else list(sockets)
+        self._owns_sockets = sockets is None and channel is None
+        if channel is not None:
+            listeners: list[socket.socket] = []
+        else:
+            listeners = bind_sockets(config) if sockets is None else list(sockets)
         for sock in listeners:
             # The native accept runs on the loop's thread: a caller's blocking listener would
             # block the whole loop in accept() (asyncio's create_server(sock=...) does the same).
@@ -134,7 +146,7 @@ class Server:
             sys.exit(STARTUP_FAILURE)
 
         try:
-            self._start_http_servers(loop, http_server_class, listeners)
+            self._start_http_servers(loop, http_server_class, listeners, channel)
         except BaseException:
             for srv in self.servers:
                 srv.abort()
@@ -160,7 +172,11 @@ class Server:
         logger.info("Finished server process [%d]", pid)
 
     def _start_http_servers(
-        self, loop: asyncio.AbstractEventLoop, cls: type, listeners: Sequence[socket.socket]
+        self,
+        loop: asyncio.AbstractEventLoop,
+        cls: type,
+        listeners: Sequence[socket.socket],
+        channel: WorkerChannel | None = None,
     ) -> None:
         assert self.lifespan is not None
         options = self.config.http_server_options()
@@ -169,7 +185,9 @@ class Server:
         app = self.config.loaded_app
         if self.config.interface == "wsgi":
             app = self._start_wsgi_pool()
-        for sock in listeners:
+        if channel is not None:
+            options.update(handoff=True, server=channel.server)
+        for sock in [channel.sock] if channel is not None else listeners:
             srv = cls(
                 loop,
                 sock,

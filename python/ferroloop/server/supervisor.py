@@ -44,6 +44,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .config import STARTUP_FAILURE, Config, jittered_request_limit
+from .front import (
+    FAST,
+    GENERAL,
+    FrontProcess,
+    WorkerChannel,
+    channel_pair,
+    front_wanted,
+    server_address,
+    start_front,
+)
 
 logger = logging.getLogger("ferroloop.error")
 
@@ -87,7 +97,10 @@ def answer_health_checks(channel: socket.socket) -> None:
 
 
 def _worker_main(
-    config: Config, sockets: list[socket.socket] | None, request_limit: int | None
+    config: Config,
+    sockets: list[socket.socket] | None,
+    request_limit: int | None,
+    channel: WorkerChannel | None = None,
 ) -> int:
     """Runs in the forked child; returns its exit status."""
     from .server import Server
@@ -98,7 +111,7 @@ def _worker_main(
     try:
         server = Server(config)
         server.limit_max_requests = request_limit
-        server.run(sockets=sockets)
+        server.run(sockets=sockets, channel=channel)
     except KeyboardInterrupt:
         return 0
     except SystemExit as exc:
@@ -118,12 +131,14 @@ def spawn_worker(
     request_limit: int | None = None,
     health: socket.socket | None = None,
     parent_only: Sequence[socket.socket] = (),
+    channel: WorkerChannel | None = None,
 ) -> int:
     """Forks a server process; returns its pid (the child never returns).
 
     ``sockets=None``: the worker binds its own (``--reuse-port``). ``health``: the worker's end
     of its health-check channel, answered by a thread; ``parent_only``: sockets the child
-    closes (the parent's ends of every channel).
+    closes (the parent's ends of every channel). ``channel``: the worker serves what the front
+    hands it over this channel, instead of ``sockets``.
     """
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -143,7 +158,7 @@ def spawn_worker(
             threading.Thread(
                 target=answer_health_checks, args=(health,), name="health-check", daemon=True
             ).start()
-        status = _worker_main(config, sockets, request_limit)
+        status = _worker_main(config, sockets, request_limit, channel)
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
@@ -162,6 +177,8 @@ class _Worker:
     check_sent: float | None = None
     answered: float = 0.0
     killed: bool = False
+    # Behind the front: "general" takes any request, "fast" no bulk upload.
+    lane: str = GENERAL
 
 
 @dataclass
@@ -179,27 +196,46 @@ class Supervisor:
     _restart: bool = False
     _stop_signal: str | None = None
     _quick_deaths: int = 0
-    _spawn_due: list[float] = field(default_factory=list)
+    # (when, lane) of each worker to start.
+    _spawn_due: list[tuple[float, str]] = field(default_factory=list)
+    front: FrontProcess | None = None
+    _server_address: object = None
 
     def worker_request_limit(self) -> int | None:
         return jittered_request_limit(
             self.config.limit_max_requests, self.config.max_requests_jitter, self.rng
         )
 
-    def spawn(self) -> None:
+    def spawn(self, lane: str = GENERAL) -> None:
         limit = self.worker_request_limit()
         ours, theirs = socket.socketpair()
-        others = [w.health for w in self.workers.values() if w.health is not None]
+        parent_only = [ours, *(w.health for w in self.workers.values() if w.health is not None)]
+        sockets = self.sockets
+        channel = front_end = None
+        if self.front is not None:
+            front_end, worker_end = channel_pair()
+            channel = WorkerChannel(worker_end, self._server_address)
+            parent_only += [front_end, self.front.control]
+            sockets = []
         try:
-            pid = spawn_worker(self.config, self.sockets, limit, theirs, [ours, *others])
+            pid = spawn_worker(self.config, sockets, limit, theirs, parent_only, channel)
         except BaseException:
             ours.close()
             raise
         finally:
             theirs.close()
+            if channel is not None:
+                channel.sock.close()
         ours.setblocking(False)
         now = time.monotonic()
-        self.workers[pid] = _Worker(pid, now, limit, health=ours, answered=now)
+        self.workers[pid] = _Worker(pid, now, limit, health=ours, answered=now, lane=lane)
+        if self.front is not None and front_end is not None:
+            try:
+                self.front.add_worker(pid, lane, front_end)
+            except OSError as exc:
+                logger.error("Could not give worker [%d] to the front process: %s", pid, exc)
+            finally:
+                front_end.close()
         logger.info("Started worker process [%d]", pid)
 
     def handle_signal(self, sig: int, frame: object = None) -> None:
@@ -220,8 +256,13 @@ class Supervisor:
         handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
         previous = {sig: signal.signal(sig, self.handle_signal) for sig in handled}
         try:
+            if front_wanted(self.config, self.sockets):
+                self._start_front()
             for _ in range(self.config.workers):
-                self.spawn()
+                self.spawn(GENERAL)
+            if self.front is not None:
+                for _ in range(self.config.lane_fast_workers):
+                    self.spawn(FAST)
             while not self.should_exit:
                 self._step()
                 time.sleep(POLL_INTERVAL)
@@ -233,6 +274,15 @@ class Supervisor:
                 signal.signal(sig, handler)
         logger.info("Stopping parent process [%d]", os.getpid())
         return self.exit_code
+
+    def _start_front(self) -> None:
+        """Forks the front; from then on only it holds the listening sockets (closed here),
+        so that once it drains, new connections are refused."""
+        assert self.sockets
+        self._server_address = server_address(self.sockets)
+        self.front = start_front(self.config, self.sockets, _die_with_parent)
+        for sock in self.sockets:
+            sock.close()
 
     def _step(self) -> None:
         if self._restart:
@@ -248,9 +298,9 @@ class Supervisor:
         if self.should_exit:
             return
         now = time.monotonic()
-        while self._spawn_due and self._spawn_due[0] <= now:
-            self._spawn_due.pop(0)
-            self.spawn()
+        while self._spawn_due and self._spawn_due[0][0] <= now:
+            _, lane = self._spawn_due.pop(0)
+            self.spawn(lane)
         self._check_health(time.monotonic())
 
     def _check_health(self, now: float) -> None:
@@ -297,6 +347,15 @@ class Supervisor:
                 break
             if pid in self.workers:
                 exited.append((pid, status))
+            elif self.front is not None and pid == self.front.pid:
+                # Without the front nothing reaches the workers: stop, and say why.
+                logger.error(
+                    "The front process [%d] died (%s); stopping.", pid, describe_status(status)
+                )
+                self.front.close()
+                self.front = None
+                self.exit_code = 1
+                self.should_exit = True
         return exited
 
     def _on_worker_exit(self, pid: int, status: int) -> None:
@@ -323,9 +382,42 @@ class Supervisor:
             )
         lived = time.monotonic() - worker.started
         self._quick_deaths = self._quick_deaths + 1 if code != 0 and lived < QUICK_DEATH else 0
-        self._spawn_due.append(time.monotonic() + respawn_delay(self._quick_deaths))
+        due = time.monotonic() + respawn_delay(self._quick_deaths)
+        self._spawn_due.append((due, worker.lane))
+
+    def _drain_front(self) -> None:
+        """Tells the front to drain and waits for it (the workers serve meanwhile): requests
+        it has read are handed on and answered with ``Connection: close``, those with workers
+        finish, and then new connections are refused."""
+        front = self.front
+        if front is None:
+            return
+        timeout = self.config.timeout_graceful_shutdown
+        front.drain(timeout)
+        logger.info("Waiting for the front process [%d] to drain.", front.pid)
+        # The front keeps its own deadline; this one only guards against a stuck front.
+        deadline = None if timeout is None else time.monotonic() + timeout + 5.0
+        forced = False
+        while True:
+            try:
+                pid, _status = os.waitpid(front.pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid:
+                break
+            if self._force and not forced:
+                forced = True
+                front.drain(0.0)
+            if deadline is not None and time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(front.pid, signal.SIGKILL)
+                deadline = None
+            time.sleep(0.02)
+        front.close()
+        self.front = None
 
     def _stop_all(self) -> None:
+        self._drain_front()
         for pid in list(self.workers):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)

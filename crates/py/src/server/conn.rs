@@ -22,6 +22,7 @@
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
+use ferroloop_core::front::{DONE_CLOSED, DONE_KEPT};
 use ferroloop_core::http::{
     error_response, parse_head, BodyDecoder, BodyKind, Framing, Head, HttpError, RequestInfo,
 };
@@ -35,6 +36,7 @@ use pyo3::types::{PyBool, PyDict, PyString};
 use pyo3::PyTraverseError;
 
 use super::cycle::{Cycle, Ready};
+use super::handoff::Handoff;
 use super::scope::{self, RequestFacts};
 use super::tls::{self, TlsConn};
 use super::websocket::{self, Upgrade, WsSession};
@@ -137,6 +139,9 @@ pub(super) struct ConnState {
     /// The TLS session of a connection to a TLS server (`tls.rs`): `out` then holds plaintext
     /// and the session the ciphertext.
     pub(super) tls: Option<Box<TlsConn>>,
+    /// The connection came from the dispatching front (`handoff.rs`) and goes back to it once
+    /// its response is written.
+    pub(super) handoff: Option<Handoff>,
 }
 
 impl ConnState {
@@ -211,6 +216,10 @@ pub(super) type AccessRecord = (
 
 #[derive(Default)]
 #[must_use]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "independent effects of one step, not a state"
+)]
 pub(super) struct Effects {
     pub(super) reading: Option<bool>,
     pub(super) writing: Option<bool>,
@@ -229,6 +238,11 @@ pub(super) struct Effects {
     pub(super) cork: bool,
     /// Raised by `send()` once the other effects ran (the bytes before the error still go out).
     pub(super) error: Option<PyErr>,
+    /// A handed-over connection is idle: give it back to the front once its output is written
+    /// (`Conn::hand_back`).
+    pub(super) hand_back: bool,
+    /// Tell the front what became of a handed-over connection (`Done` with this detail).
+    pub(super) front_done: Option<(u64, u8)>,
 }
 
 #[pyclass(module = "ferroloop._native", name = "Connection", frozen)]
@@ -245,10 +259,13 @@ impl Conn {
     }
 
     /// Wraps an accepted fd and registers its reader.
+    /// `data`: bytes already read from it (by the front, which handed it over: `handoff`).
     pub(super) fn open(
         server: &Bound<'_, HttpServer>,
         fd: RawFd,
         client: Py<PyAny>,
+        data: Vec<u8>,
+        handoff: Option<Handoff>,
     ) -> PyResult<Py<Conn>> {
         let py = server.py();
         let deadline = clock::monotonic() + server.get().opts().timeout_header;
@@ -272,7 +289,7 @@ impl Conn {
                 state: LoopCell::new(ConnState {
                     fd,
                     phase: Phase::Idle,
-                    rbuf: Vec::new(),
+                    rbuf: data,
                     rpos: 0,
                     out: OutQueue::new(),
                     head: Head::default(),
@@ -286,6 +303,7 @@ impl Conn {
                     header_clock: true,
                     ws_seq: 0,
                     tls,
+                    handoff,
                 }),
             },
         )?;
@@ -352,8 +370,14 @@ impl Conn {
                 fut.call_method1(intern!(py, "set_result"), (value,))?;
             }
         }
+        if let Some((token, detail)) = fx.front_done {
+            HttpServer::tell_front(this.server.bind(py), token, detail)?;
+        }
         if fx.advance {
             Self::advance(slf)?;
+        }
+        if fx.hand_back {
+            Self::hand_back(slf)?;
         }
         Ok(())
     }
@@ -372,6 +396,7 @@ impl Conn {
                 Phase::Closing => start_closing(&mut st, &mut fx, fd),
                 Phase::Idle | Phase::Busy => flush_now(&mut st, &mut fx, fd),
             }
+            fx.hand_back = st.phase == Phase::Idle && st.handoff.is_some();
         }
         Self::apply(slf, fx)
     }
@@ -444,7 +469,7 @@ impl Conn {
     }
 
     /// The state machine step after new input or a completed response.
-    fn advance(slf: &Bound<'_, Self>) -> PyResult<()> {
+    pub(super) fn advance(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
         let server = this.server.bind(py).get();
@@ -552,6 +577,11 @@ impl Conn {
             }
             return false;
         }
+        if st.handoff.is_some() && st.seq > 0 {
+            // A handed-over connection serves one request; the next goes back to the front.
+            fx.hand_back = true;
+            return false;
+        }
         let ConnState {
             rbuf, rpos, head, ..
         } = &mut *st;
@@ -595,13 +625,19 @@ impl Conn {
                     Upgrade::Yes(session) => Some(session),
                     Upgrade::Refused(_) => return false,
                 };
+                let close_after = st.handoff.as_ref().is_some_and(|h| h.close_after);
+                if ws.is_some() {
+                    // A WebSocket stays on this worker: the front counts it no more.
+                    fx.front_done = st.handoff.take().map(|h| (h.token, DONE_KEPT));
+                }
                 let head = &st.head;
                 let is_head = st.rbuf[st.rpos..][head.method.clone()] == *b"HEAD";
                 let info = RequestInfo {
                     version: head.version,
                     is_head,
-                    // Nothing follows a WebSocket on its connection.
-                    keep_alive: head.keep_alive && ws.is_none(),
+                    // Nothing follows a WebSocket on its connection, nor a request the
+                    // draining front marked as the last.
+                    keep_alive: head.keep_alive && ws.is_none() && !close_after,
                 };
                 st.seq += 1;
                 if ws.is_some() {
@@ -865,12 +901,13 @@ impl Conn {
     pub(super) fn close_now(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let (reading, writing, waiters) = {
+        let (reading, writing, waiters, front_done) = {
             let mut st = this.state.borrow(py)?;
             if st.phase == Phase::Closed {
                 return Ok(());
             }
             st.phase = Phase::Closed;
+            let front_done = st.handoff.take().map(|h| h.token);
             if st.corked {
                 // Held back only because a batch was running: written as it would have been
                 // at `send()` (say a part sent before the app failed), once, without waiting.
@@ -895,6 +932,7 @@ impl Conn {
                 std::mem::replace(&mut st.reading, false),
                 std::mem::replace(&mut st.writing, false),
                 waiters,
+                front_done,
             )
         };
         let unregistered = (|| {
@@ -912,6 +950,9 @@ impl Conn {
         let server = this.server.bind(py).get();
         drop(server.conn_closed(py, this.fd));
         server.trace_connection(py, this.client.clone_ref(py), false);
+        if let Some(token) = front_done {
+            HttpServer::tell_front(this.server.bind(py), token, DONE_CLOSED)?;
+        }
         for (fut, gone) in waiters {
             let value = match gone {
                 Gone::Http => scope::disconnect_message(py)?.into_any().unbind(),
@@ -942,7 +983,8 @@ impl Conn {
                 drop(st);
                 return Self::apply(slf, fx);
             }
-            if st.phase != Phase::Idle {
+            // A handed-over connection goes back to the front instead (`hand_back`).
+            if st.phase != Phase::Idle || st.handoff.is_some() {
                 return Ok(());
             }
             if st.reading {
@@ -1170,6 +1212,7 @@ pub(super) fn after_write(py: Python<'_>, st: &mut ConnState, fx: &mut Effects) 
             st.writing = false;
             fx.writing = Some(false);
         }
+        fx.hand_back = st.phase == Phase::Idle && st.handoff.is_some();
     }
 }
 

@@ -19,6 +19,9 @@
 
 mod conn;
 mod cycle;
+mod front;
+mod handoff;
+pub use front::run_front;
 mod receive;
 mod respond;
 mod scope;
@@ -28,9 +31,10 @@ mod websocket;
 mod wsgi;
 
 use std::io::{self, Write as _};
-use std::os::fd::RawFd;
+use std::os::fd::{IntoRawFd, RawFd};
 use std::sync::Arc;
 
+use ferroloop_core::handoff::Peer;
 use ferroloop_core::http::{valid_field, DateCache, Limits, ServerFields};
 use ferroloop_core::IntMap;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -94,6 +98,8 @@ struct ServerState {
     tasks_started: u64,
     sweep: Option<Py<PyAny>>,
     date: DateCache,
+    /// `handoff=True`: the socket is this worker's channel to the dispatching front.
+    channel: Option<handoff::Channel>,
 }
 
 #[pyclass(module = "ferroloop._native", name = "HttpServer", frozen)]
@@ -149,7 +155,7 @@ impl HttpServer {
         access_log=None, log_error=None, plain_app=None, native_tasks=true,
         trace_connections=None, ws=true, ws_max_size=16_777_216, ws_max_queue=32,
         ws_ping_interval=Some(20.0), ws_ping_timeout=Some(20.0), ws_per_message_deflate=true, tls_cert=None, tls_key=None,
-        tls_client_ca=None, tls_client_auth=0, tls_versions=None))]
+        tls_client_ca=None, tls_client_auth=0, tls_versions=None, handoff=false, server=None))]
     #[allow(clippy::too_many_arguments)]
     #[allow(
         clippy::fn_params_excessive_bools,
@@ -190,6 +196,8 @@ impl HttpServer {
         tls_client_ca: Option<Vec<u8>>,
         tls_client_auth: u8,
         tls_versions: Option<Vec<String>>,
+        handoff: bool,
+        server: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let loop_ = r#loop.cast::<LoopCore>().map_err(|_| {
             PyTypeError::new_err("HttpServer needs a ferroloop loop (ferroloop.new_event_loop())")
@@ -232,7 +240,7 @@ impl HttpServer {
         if fd < 0 {
             return Err(PyValueError::new_err("the listening socket is closed"));
         }
-        let server_addr = scope_address(py, &sock.call_method0(intern!(py, "getsockname"))?)?;
+        let server_addr = scope_server(py, sock, server)?;
         let base = ScopeBase::new(py, server_addr, scheme, root_path, state.map(Bound::unbind))?;
         // SAFETY: we hold the GIL; PyContext_CopyCurrent returns a new reference or NULL with
         // an exception set, which `from_owned_ptr_or_err` turns into `Err`.
@@ -288,6 +296,7 @@ impl HttpServer {
                 tasks_started: 0,
                 sweep: None,
                 date: DateCache::new(),
+                channel: handoff.then(handoff::Channel::new),
             }),
         })
     }
@@ -307,18 +316,24 @@ impl HttpServer {
         Self::schedule_sweep(slf)
     }
 
-    /// Readable listener: accept every waiting connection.
-    fn __call__(slf: &Bound<'_, Self>) -> PyResult<()> {
+    /// Readable listener: accept every waiting connection. Behind the front: the channel is
+    /// readable (or `writable`).
+    #[pyo3(signature = (writable=false))]
+    fn __call__(slf: &Bound<'_, Self>, writable: bool) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
+        if this.state.borrow(py)?.channel.is_some() {
+            return Self::on_channel(slf, writable);
+        }
         for _ in 0..256 {
             if !this.state.borrow(py)?.listening {
                 return Ok(());
             }
-            match accept(this.listen_fd) {
-                Ok(Some((fd, client))) => {
-                    let client = client.into_py(py)?;
-                    let conn = Conn::open(slf, fd, client)?;
+            match ferroloop_core::net::accept(this.listen_fd) {
+                Ok(Some((fd, peer))) => {
+                    let client = peer_to_py(py, peer)?;
+                    let fd = fd.into_raw_fd();
+                    let conn = Conn::open(slf, fd, client, Vec::new(), None)?;
                     let client = this
                         .trace_connections
                         .as_ref()
@@ -383,10 +398,15 @@ impl HttpServer {
         Self::schedule_sweep(slf)
     }
 
-    /// Stops accepting; existing connections go on.
+    /// Stops accepting; existing connections go on. Behind the front the channel stays watched
+    /// until the front closes it (it may still hand over requests it had read).
     fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
+        if this.state.borrow(py)?.channel.is_some() {
+            this.state.borrow(py)?.listening = false;
+            return Ok(());
+        }
         let (was, retry) = {
             let mut st = this.state.borrow(py)?;
             (
@@ -407,6 +427,11 @@ impl HttpServer {
     /// No new requests: idle connections close now, busy ones after their current response.
     fn shutdown(slf: &Bound<'_, Self>) -> PyResult<()> {
         Self::close(slf)?;
+        if slf.get().channel_open(slf.py()) && !slf.get().shutting_down(slf.py()) {
+            // Behind the front: nothing new for this worker; the front closes the channel
+            // once what it handed here is back.
+            Self::tell_front(slf, ferroloop_core::front::LEAVING, 0)?;
+        }
         let py = slf.py();
         let conns: Vec<Py<Conn>> = {
             let mut st = slf.get().state.borrow(py)?;
@@ -419,9 +444,11 @@ impl HttpServer {
         Ok(())
     }
 
-    /// Closes every connection now and cancels the running app tasks.
+    /// Closes every connection (and the channel to the front) now and cancels the running app
+    /// tasks.
     fn abort(slf: &Bound<'_, Self>) -> PyResult<()> {
         Self::shutdown(slf)?;
+        Self::close_channel(slf)?;
         let py = slf.py();
         let (conns, tasks): (Vec<Py<Conn>>, Vec<Py<PyAny>>) = {
             let st = slf.get().state.borrow(py)?;
@@ -443,10 +470,11 @@ impl HttpServer {
         Ok(())
     }
 
-    /// Open connections.
+    /// Open connections (and the channel to the front while it is open).
     #[getter]
     fn connections(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.state.borrow(py)?.conns.len())
+        let conns = self.state.borrow(py)?.conns.len();
+        Ok(conns + usize::from(self.channel_open(py)))
     }
 
     /// Responses completed so far.
@@ -500,9 +528,13 @@ impl HttpServer {
 
 // `HttpServer.__call__()` (the listener is readable), called directly by the loop
 // (`native_call.rs`).
-crate::native_call::native_call!(HttpServer, |slf, arg| arg
-    .is_none()
-    .then(|| Self::__call__(slf)));
+crate::native_call::native_call!(HttpServer, |slf, arg| match arg {
+    None => Some(Self::__call__(slf, false)),
+    Some(a) => a
+        .cast::<pyo3::types::PyBool>()
+        .ok()
+        .map(|w| Self::__call__(slf, w.is_true())),
+});
 
 impl HttpServer {
     pub(crate) fn loop_core(&self) -> &Py<LoopCore> {
@@ -768,19 +800,28 @@ impl HttpServer {
     }
 }
 
-/// A peer address: IPv4/IPv6 `(host, port)` or none (unix sockets).
-enum Peer {
-    Inet(String, u16),
-    None,
+/// The scope's `server`: `server` if given (behind the front, `sock` is the channel and the
+/// listener's address comes as `server`), else `sock`'s own address.
+fn scope_server(
+    py: Python<'_>,
+    sock: &Bound<'_, PyAny>,
+    server: Option<Bound<'_, PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    match server {
+        Some(addr) => scope_address(py, &addr),
+        None => scope_address(py, &sock.call_method0(intern!(py, "getsockname"))?),
+    }
 }
 
-impl Peer {
-    fn into_py(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(match self {
-            Peer::Inet(host, port) => (host, port).into_pyobject(py)?.into_any().unbind(),
-            Peer::None => py.None(),
-        })
-    }
+/// A peer address as the scope's `client`: `(host, port)`, or `None` (unix sockets).
+pub(super) fn peer_to_py(py: Python<'_>, peer: Peer) -> PyResult<Py<PyAny>> {
+    Ok(match peer {
+        Peer::Inet(ip, port) => (ip.to_string(), port)
+            .into_pyobject(py)?
+            .into_any()
+            .unbind(),
+        Peer::None => py.None(),
+    })
 }
 
 /// Seconds the listener rests after running out of fds or memory (asyncio's
@@ -799,61 +840,4 @@ fn is_transient_accept_error(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR)
     )
-}
-
-/// `accept4` non-blocking; `Ok(None)` when no connection waits.
-fn accept(listen_fd: RawFd) -> io::Result<Option<(RawFd, Peer)>> {
-    // SAFETY: a zeroed sockaddr_storage is a valid out-buffer for any address family.
-    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: `addr`/`len` describe a writable buffer of the stated size.
-    let fd = unsafe {
-        libc::accept4(
-            listen_fd,
-            (&raw mut addr).cast(),
-            &raw mut len,
-            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::WouldBlock {
-            return Ok(None);
-        }
-        return Err(e);
-    }
-    let peer = match i32::from(addr.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in.
-            let a: &libc::sockaddr_in = unsafe { &*(&raw const addr).cast() };
-            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-            set_nodelay(fd);
-            Peer::Inet(ip.to_string(), u16::from_be(a.sin_port))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says the storage holds a sockaddr_in6.
-            let a: &libc::sockaddr_in6 = unsafe { &*(&raw const addr).cast() };
-            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-            set_nodelay(fd);
-            Peer::Inet(ip.to_string(), u16::from_be(a.sin6_port))
-        }
-        _ => Peer::None,
-    };
-    Ok(Some((fd, peer)))
-}
-
-/// Responses are written whole; Nagle would only delay them.
-fn set_nodelay(fd: RawFd) {
-    let one: libc::c_int = 1;
-    // SAFETY: `one` outlives the call and its size is passed; failure is harmless (unix
-    // sockets, or a peer already gone) and ignored.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            (&raw const one).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
 }

@@ -401,7 +401,9 @@ impl Conn {
         }
         // An unread rest of the body must be skipped before the next request; if it has not
         // all arrived, the connection cannot be reused.
-        let mut reusable = keep_alive && !server.shutting_down(py);
+        // A handed-over connection goes back to the front even while this worker shuts down:
+        // the front keeps it for the next worker (it says `Connection: close` when it drains).
+        let mut reusable = keep_alive && (st.handoff.is_some() || !server.shutting_down(py));
         if reusable && !req.body_delivered {
             while let Ok(d) = req.decoder.decode(&st.rbuf[st.rpos..]) {
                 st.rpos += d.consumed;
@@ -420,7 +422,14 @@ impl Conn {
         if st.eof && st.rpos == st.rbuf.len() {
             reusable = false;
         }
-        if reusable {
+        if reusable && st.handoff.is_some() {
+            // Back to the front once the response is written, with what was read of the next
+            // request (`Conn::hand_back`).
+            st.phase = Phase::Idle;
+            st.deadline = clock::monotonic() + server.opts().timeout_keep_alive;
+            st.header_clock = false;
+            fx.hand_back = true;
+        } else if reusable {
             st.phase = Phase::Idle;
             st.deadline = clock::monotonic() + server.opts().timeout_keep_alive;
             st.header_clock = false;

@@ -1,0 +1,254 @@
+//! A worker behind the dispatching front (`ferroloop_core::front`): connections arrive over
+//! the worker's channel instead of from a listener, each with its request head already read,
+//! and go back to the front once their response is written.
+//!
+//! - `HttpServer` made with `handoff=True` watches its socket (the channel) for `Conn`
+//!   messages; each becomes a `Conn` whose read buffer starts with the bytes the front read.
+//! - A handed-over connection serves one request. When the response is complete and the
+//!   connection may be kept alive, it waits until its output is written (`hand_back` is asked
+//!   again after each write), then leaves the poller and goes back as `Return`, with any bytes
+//!   of the next request read meanwhile; our copy of the fd closes once the datagram is sent.
+//! - A connection that closes here, or stays here as a WebSocket, is reported as `Done`, so
+//!   the front's count of this worker's load stays exact.
+//! - The channel stays watched through a graceful shutdown: the draining front may still hand
+//!   over requests it had read, and closes the channel when it has no more (then `connections`
+//!   no longer counts it).
+
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use ferroloop_core::front::CLOSE_AFTER;
+use ferroloop_core::handoff::{ChannelIn, ChannelOut, Kind, Message, Peer};
+use pyo3::prelude::*;
+use pyo3::types::{PyInt, PyTuple};
+
+use super::conn::{Conn, Effects, Phase};
+use super::{peer_to_py, HttpServer};
+use crate::event_loop::LoopCore;
+
+/// What a handed-over connection remembers of its handoff.
+pub(crate) struct Handoff {
+    pub(super) token: u64,
+    pub(super) listener: u8,
+    pub(super) peer: Peer,
+    /// The front is draining: the response says `Connection: close`.
+    pub(super) close_after: bool,
+}
+
+/// The worker's end of its channel to the front.
+#[derive(Default)]
+pub(crate) struct Channel {
+    inp: ChannelIn,
+    out: ChannelOut,
+    /// Registered for writability (messages wait in `out`).
+    writing: bool,
+    /// Not yet at end of stream (the front is there).
+    pub(super) open: bool,
+}
+
+impl Channel {
+    pub(super) fn new() -> Self {
+        Self {
+            open: true,
+            ..Self::default()
+        }
+    }
+}
+
+impl HttpServer {
+    /// The channel is readable (`writable` false) or writable.
+    pub(super) fn on_channel(slf: &Bound<'_, Self>, writable: bool) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        if writable {
+            return Self::flush_channel(slf);
+        }
+        loop {
+            let received = {
+                let mut st = this.state.borrow(py)?;
+                let Some(chan) = st.channel.as_mut().filter(|c| c.open) else {
+                    return Ok(());
+                };
+                chan.inp.recv(this.listen_fd)
+            };
+            match received {
+                Ok(None) => return Ok(()),
+                Ok(Some(msg)) if msg.kind == Kind::Conn => Self::adopt(slf, msg)?,
+                Ok(Some(_)) => {}
+                Err(e) => {
+                    if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                        this.log(py, &format!("the front's channel failed: {e}"), None);
+                    }
+                    return Self::close_channel(slf);
+                }
+            }
+        }
+    }
+
+    /// A connection from the front: served as if accepted here, its buffer already filled.
+    fn adopt(slf: &Bound<'_, Self>, msg: Message) -> PyResult<()> {
+        let py = slf.py();
+        let Some(fd) = msg.fd else {
+            return Ok(());
+        };
+        let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);
+        let handoff = Handoff {
+            token: msg.token,
+            listener: msg.listener,
+            peer: msg.peer,
+            close_after: msg.detail & CLOSE_AFTER != 0,
+        };
+        let client = peer_to_py(py, msg.peer)?;
+        let conn = match Conn::open(slf, raw, client, msg.data, Some(handoff)) {
+            Ok(conn) => conn,
+            Err(e) => {
+                // `open` closed the fd; the front must still count the request as finished.
+                Self::tell_front(slf, msg.token, ferroloop_core::front::DONE_CLOSED)?;
+                return Err(e);
+            }
+        };
+        slf.get()
+            .state
+            .borrow(py)?
+            .conns
+            .insert(raw, conn.clone_ref(py));
+        Conn::advance(conn.bind(py))
+    }
+
+    /// Queues `Done` for request `token` (the connection closed, or stays as a WebSocket).
+    pub(super) fn tell_front(slf: &Bound<'_, Self>, token: u64, detail: u8) -> PyResult<()> {
+        Self::send_to_front(slf, Message::done(token, detail))
+    }
+
+    fn send_to_front(slf: &Bound<'_, Self>, msg: Message) -> PyResult<()> {
+        {
+            let mut st = slf.get().state.borrow(slf.py())?;
+            match st.channel.as_mut() {
+                // Without the front, a returned connection just closes (its fd drops here).
+                Some(chan) if chan.open => chan.out.push(msg),
+                _ => return Ok(()),
+            }
+        }
+        Self::flush_channel(slf)
+    }
+
+    fn flush_channel(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let (flushed, was_writing) = {
+            let mut st = this.state.borrow(py)?;
+            let Some(chan) = st.channel.as_mut().filter(|c| c.open) else {
+                return Ok(());
+            };
+            (chan.out.flush(this.listen_fd), chan.writing)
+        };
+        match flushed {
+            Err(_) => Self::close_channel(slf),
+            Ok(empty) if empty == was_writing => {
+                // Watch writability while messages wait, and no longer.
+                let loop_ = this.loop_core().bind(py);
+                let fd = PyInt::new(py, this.listen_fd);
+                if empty {
+                    LoopCore::remove_fd_handle(loop_, fd.as_any(), true)?;
+                } else {
+                    let args = PyTuple::new(py, [true])?;
+                    LoopCore::set_fd_handle(loop_, fd.as_any(), slf.as_any(), args, true)?;
+                }
+                if let Some(chan) = this.state.borrow(py)?.channel.as_mut() {
+                    chan.writing = !empty;
+                }
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// The front is gone (or the server aborts): no more handoffs; what waits to be sent is
+    /// dropped (returned connections close with it).
+    pub(super) fn close_channel(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let (was_open, writing, dropped) = {
+            let mut st = this.state.borrow(py)?;
+            let Some(chan) = st.channel.as_mut() else {
+                return Ok(());
+            };
+            let dropped = std::mem::take(&mut chan.out);
+            (
+                std::mem::replace(&mut chan.open, false),
+                std::mem::replace(&mut chan.writing, false),
+                dropped,
+            )
+        };
+        drop(dropped);
+        if was_open {
+            let loop_ = this.loop_core().bind(py);
+            let fd = PyInt::new(py, this.listen_fd);
+            LoopCore::remove_fd_handle(loop_, fd.as_any(), false)?;
+            if writing {
+                LoopCore::remove_fd_handle(loop_, fd.as_any(), true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The channel is open: it counts as a connection, so a graceful shutdown waits for the
+    /// front to finish draining.
+    pub(super) fn channel_open(&self, py: Python<'_>) -> bool {
+        self.state
+            .borrow(py)
+            .is_ok_and(|st| st.channel.as_ref().is_some_and(|c| c.open))
+    }
+}
+
+impl Conn {
+    /// Gives an idle handed-over connection back to the front, once its output is written.
+    pub(super) fn hand_back(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let (msg, reading, writing) = {
+            let mut st = this.state.borrow(py)?;
+            if st.phase != Phase::Idle || st.handoff.is_none() {
+                return Ok(());
+            }
+            if !st.corked && !st.out_empty() {
+                let mut fx = Effects::default();
+                let fd = st.fd;
+                super::conn::flush_now(&mut st, &mut fx, fd);
+                if !st.out_empty() || fx.close {
+                    // The write path asks again once the queue is empty (`after_write`).
+                    drop(st);
+                    return Self::apply(slf, fx);
+                }
+            }
+            if st.corked {
+                // Held back until the ready batch ends: `flush_deferred` asks again.
+                return Ok(());
+            }
+            let h = st.handoff.take().expect("checked above");
+            st.phase = Phase::Closed;
+            let rpos = st.rpos;
+            let data = st.rbuf.split_off(rpos);
+            st.rbuf = Vec::new();
+            st.rpos = 0;
+            // SAFETY: the fd is ours and leaves this connection here: `Closed` keeps every
+            // other path away from it, and the poller lets go of it below, before the
+            // message carrying it is sent (by `send_to_front`, after this block).
+            let fd = unsafe { OwnedFd::from_raw_fd(this.fd) };
+            let msg = Message::conn(Kind::Return, h.token, h.listener, h.peer, fd, data);
+            (
+                msg,
+                std::mem::replace(&mut st.reading, false),
+                std::mem::replace(&mut st.writing, false),
+            )
+        };
+        if reading {
+            Self::register(slf, false, false)?;
+        }
+        if writing {
+            Self::register(slf, true, false)?;
+        }
+        let server = this.server.bind(py);
+        drop(server.get().conn_closed(py, this.fd));
+        HttpServer::send_to_front(server, msg)
+    }
+}

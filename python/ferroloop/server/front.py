@@ -1,0 +1,148 @@
+"""The dispatching front of ``--workers N`` (``--dispatch front``, the default).
+
+The supervisor forks the front first, in a process of its own that holds the listening sockets
+and runs ``_native.run_front`` (Rust, one thread, the GIL released: ``crates/core/src/front``).
+It accepts, reads each request head, and hands the connection to a free worker over that
+worker's channel (a ``SOCK_SEQPACKET`` pair: one end in the worker, one given to the front over
+the control socket). Requests whose body is over ``--lane-bulk-body`` (or chunked) go only to
+the general workers; ``--lane-fast-workers`` more workers take only the others, so a small
+request always finds a worker that is not parsing an upload.
+
+The supervisor talks to the front over the control socket: ``worker PID LANE`` with the
+channel's fd when a worker starts, and ``drain SECONDS`` at shutdown. The front never forks or
+signals; it returns when drained, or when the control socket closes (the supervisor is gone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .config import Config
+
+logger = logging.getLogger("ferroloop.error")
+
+GENERAL = "general"
+FAST = "fast"
+
+
+def front_wanted(config: Config, sockets: Sequence[socket.socket] | None) -> bool:
+    """Whether ``--workers`` runs behind the front: asked for, more than one worker, sockets
+    bound by the parent, and plain HTTP (TLS terminates in the workers, which then accept
+    themselves: the front does not speak TLS yet)."""
+    return (
+        config.dispatch == "front"
+        and config.workers > 1
+        and sockets is not None
+        and len(sockets) > 0
+        and not config.is_ssl
+    )
+
+
+def channel_pair() -> tuple[socket.socket, socket.socket]:
+    """``(front's end, worker's end)`` of a new worker's channel."""
+    front_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    worker_end.setblocking(False)
+    return front_end, worker_end
+
+
+@dataclass
+class WorkerChannel:
+    """What a worker behind the front gets instead of listening sockets."""
+
+    sock: socket.socket
+    # The scope's "server": the first listener's address.
+    server: object
+
+
+def server_address(sockets: Sequence[socket.socket]) -> object:
+    """The scope's ``server`` for requests from the front: the first listener's address."""
+    name = sockets[0].getsockname()
+    if isinstance(name, tuple):
+        return name[:2]
+    return name or None
+
+
+@dataclass
+class FrontProcess:
+    pid: int
+    control: socket.socket
+
+    def add_worker(self, pid: int, lane: str, front_end: socket.socket) -> None:
+        """Gives the front a new worker's channel (``OSError`` if the front is gone)."""
+        socket.send_fds(self.control, [f"worker {pid} {lane}".encode()], [front_end.fileno()])
+
+    def drain(self, seconds: float | None) -> None:
+        """Stop accepting; serve what was read; return within ``seconds`` (``None``: no limit)."""
+        limit = "inf" if seconds is None else f"{seconds:.3f}"
+        with contextlib.suppress(OSError):
+            self.control.send(f"drain {limit}".encode())
+
+    def close(self) -> None:
+        self.control.close()
+
+
+def _front_log(message: str) -> None:
+    logger.warning("Front [%d]: %s", os.getpid(), message)
+
+
+def start_front(
+    config: Config, sockets: Sequence[socket.socket], die_with_parent: object
+) -> FrontProcess:
+    """Forks the front process; it takes the listening sockets (the caller closes its own)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    pid = os.fork()
+    if pid:
+        theirs.close()
+        logger.info("Started front process [%d]", pid)
+        return FrontProcess(pid, ours)
+    status = 1
+    try:
+        ours.close()
+        # It follows the control socket only: Ctrl-C to the process group and the
+        # supervisor's SIGTERM to its children must not stop it before it has drained.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        if callable(die_with_parent):
+            die_with_parent()
+        from .. import _native
+
+        listeners = [sock.detach() for sock in sockets]
+        accepted, dispatched, returned, lost = _native.run_front(
+            listeners,
+            theirs.detach(),
+            log=_front_log,
+            bulk_body=config.lane_bulk_body,
+            timeout_keep_alive=float(config.timeout_keep_alive),
+            timeout_header=float(config.timeout_header),
+            limit_header_size=config.limit_header_size,
+            limit_headers=config.limit_headers,
+            limit_uri=config.limit_uri,
+            server_header=config.server_header,
+        )
+        logger.info(
+            "Front process [%d] finished: %d connection(s) accepted, %d request(s) handed to "
+            "workers, %d connection(s) lost with a worker.",
+            os.getpid(),
+            accepted,
+            dispatched,
+            lost,
+        )
+        del returned
+        status = 0
+    except BaseException:
+        logger.exception("Front process [%d] failed", os.getpid())
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)

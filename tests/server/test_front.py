@@ -1,0 +1,271 @@
+"""--workers behind the dispatching front (``--dispatch front``, the default): each request goes
+to a worker that is free, bulk uploads only to general workers, a connection's bytes already
+read go along with it, and a worker's death costs only what it held.
+
+A blocked worker is made with ``/block`` (a synchronous wait that stops its whole loop, as a
+CPU-bound parse does); the tests assert what was answered while it was blocked, not how fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ferroloop_only("the dispatching front is ferroloop's")
+
+BULK = 4096  # --lane-bulk-body in these tests
+
+
+@pytest.fixture
+def markers(tmp_path: Path) -> Path:
+    directory = tmp_path / "markers"
+    directory.mkdir()
+    return directory
+
+
+def answered_yet(connection) -> bool:
+    try:
+        return bool(connection.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except (BlockingIOError, TimeoutError):
+        return False
+
+
+def start(spawn_server, markers: Path, *args: str):
+    return spawn_server(
+        "raw_asgi:app",
+        "--lane-bulk-body",
+        str(BULK),
+        "--timeout-graceful-shutdown",
+        "10",
+        *args,
+        env={"FERROLOOP_TEST_MARKER_DIR": str(markers)},
+    )
+
+
+def pid_on(connection) -> int:
+    response = connection.request("GET", "/pid")
+    assert response.status == 200
+    return int(json.loads(response.body)["pid"])
+
+
+def block_a_worker(connect, server, markers: Path, release: Path, body: bytes = b""):
+    """Sends a request that blocks the loop of the worker it lands on until ``release`` exists;
+    returns (connection, that worker's pid)."""
+    blocked = connect(server)
+    method = "POST" if body else "GET"
+    head = f"{method} /block?release={release} HTTP/1.1\r\nHost: t\r\n"
+    if body:
+        head += f"Content-Length: {len(body)}\r\n"
+    marker = markers / "blocking"
+    marker.unlink(missing_ok=True)
+    blocked.send(head.encode() + b"\r\n" + body)
+    deadline = time.monotonic() + 10
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline, "the blocking request never started"
+        time.sleep(0.01)
+    return blocked, int(marker.read_text())
+
+
+def test_a_keep_alive_client_is_served_by_a_free_worker_while_another_is_blocked(
+    spawn_server, connect, markers, tmp_path
+):
+    server = start(spawn_server, markers, "--workers", "2", "--lane-fast-workers", "0")
+    release = tmp_path / "release"
+    small = connect(server)
+    pids = {pid_on(small) for _ in range(6)}
+    blocked, blocked_pid = block_a_worker(connect, server, markers, release)
+    # The keep-alive connection belongs to no worker between requests: every request on it is
+    # answered while one worker's loop is stopped, by the other.
+    for _ in range(20):
+        assert pid_on(small) != blocked_pid
+    assert not answered_yet(blocked), "the blocked request was answered early"
+    release.touch()
+    assert blocked.read_response().body == b"unblocked"
+    assert len(pids | {blocked_pid}) >= 2
+
+
+def test_new_connections_also_avoid_the_blocked_worker(spawn_server, connect, markers, tmp_path):
+    server = start(spawn_server, markers, "--workers", "2", "--lane-fast-workers", "0")
+    release = tmp_path / "release"
+    blocked, blocked_pid = block_a_worker(connect, server, markers, release)
+    for _ in range(20):
+        fresh = connect(server)
+        assert pid_on(fresh) != blocked_pid
+        fresh.close()
+    release.touch()
+    assert blocked.read_response().status == 200
+
+
+def test_bulk_uploads_go_to_general_workers_and_small_requests_to_the_fast_one(
+    spawn_server, connect, markers, tmp_path
+):
+    # Two general workers and one fast-lane worker.
+    server = start(spawn_server, markers, "--workers", "2", "--lane-fast-workers", "1")
+    release = tmp_path / "release"
+    # Two uploads over --lane-bulk-body block both general workers...
+    upload = b"x" * (BULK + 1)
+    first, g1 = block_a_worker(connect, server, markers, release, body=upload)
+    second, g2 = block_a_worker(connect, server, markers, release, body=upload)
+    assert g1 != g2
+    # ... and small requests, on new and kept-alive connections, are all answered by the
+    # fast one meanwhile.
+    kept = connect(server)
+    fast_pids = {pid_on(kept) for _ in range(5)}
+    for _ in range(5):
+        fresh = connect(server)
+        fast_pids.add(pid_on(fresh))
+        fresh.close()
+    assert len(fast_pids) == 1
+    assert not fast_pids & {g1, g2}
+    release.touch()
+    for blocked in (first, second):
+        assert blocked.read_response("POST").body == b"unblocked"
+    # Every bulk upload lands on a general worker, whichever connection carries it; a
+    # chunked upload is bulk too.
+    for _ in range(6):
+        response = kept.request("POST", "/pid", body=b"y" * (BULK + 1))
+        assert json.loads(response.body)["pid"] in {g1, g2}
+    kept.send(
+        b"POST /pid HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    )
+    assert json.loads(kept.read_response("POST").body)["pid"] in {g1, g2}
+
+
+def test_bytes_read_with_the_head_go_along_and_pipelined_requests_stay_in_order(
+    spawn_server, connect, markers
+):
+    server = start(spawn_server, markers, "--workers", "2")
+    connection = connect(server)
+    # Three pipelined requests in one write: each is answered in order, whichever worker
+    # serves it (the rest of the buffer goes back to the front with the connection).
+    requests = b"".join(f"GET /scope?n={n} HTTP/1.1\r\nHost: t\r\n\r\n".encode() for n in range(3))
+    connection.send(requests)
+    for n in range(3):
+        scope = json.loads(connection.read_response().body)
+        assert scope["query_string"] == f"n={n}"
+    # Half a body with the head, the rest later.
+    body = bytes(range(256)) * 40
+    head = f"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    connection.send(head + body[:1000])
+    time.sleep(0.05)
+    connection.send(body[1000:])
+    assert connection.read_response("POST").body == body
+    # Half a head, the rest later.
+    connection.send(b"GET /hello HTTP/1.1\r\nHo")
+    time.sleep(0.05)
+    connection.send(b"st: t\r\n\r\n")
+    assert connection.read_response().status == 200
+
+
+def test_the_scope_has_the_client_and_server_addresses(spawn_server, connect, markers):
+    server = start(spawn_server, markers, "--workers", "2")
+    connection = connect(server)
+    scope = json.loads(connection.request("GET", "/scope").body)
+    assert scope["client"] == list(connection.sock.getsockname())
+    assert scope["server"] == ["127.0.0.1", server.port]
+
+
+def test_expect_continue_and_websocket_like_upgrades_pass_through(spawn_server, connect, markers):
+    server = start(spawn_server, markers, "--workers", "2")
+    connection = connect(server)
+    connection.send(
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"
+    )
+    interim = connection.read_head()
+    assert interim.status == 100
+    connection.send(b"hello")
+    assert connection.read_response("POST").body == b"hello"
+
+
+def test_a_worker_killed_mid_request_costs_that_request_only(
+    spawn_server, connect, markers, tmp_path, wait_until, is_gone
+):
+    server = start(spawn_server, markers, "--workers", "2", "--lane-fast-workers", "0")
+    release = tmp_path / "release"
+    kept = connect(server)
+    assert pid_on(kept)
+    blocked, blocked_pid = block_a_worker(connect, server, markers, release)
+    os.kill(blocked_pid, signal.SIGKILL)
+    # Its client sees the connection close without a response.
+    assert blocked.closed_by_peer()
+    wait_until(lambda: is_gone(blocked_pid), "the killed worker to exit")
+    # The kept-alive connection was with the front, not the worker: it goes on.
+    for _ in range(10):
+        assert pid_on(kept) != blocked_pid
+    assert "went away with 1 request(s) in flight" in server.output_text()
+    assert server.proc.poll() is None
+
+
+def test_a_worker_killed_between_requests_loses_nothing(
+    spawn_server, connect, markers, wait_until, is_gone
+):
+    server = start(spawn_server, markers, "--workers", "2", "--lane-fast-workers", "0")
+    kept = connect(server)
+    first = pid_on(kept)
+    # Between requests: the worker hands the connection back just after writing the response
+    # (a worker killed in that instant takes the idle connection with it; its client saw a
+    # complete response and may retry on a new connection).
+    time.sleep(0.2)
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: is_gone(first), "the killed worker to exit")
+    for _ in range(10):
+        assert pid_on(kept) != first
+
+
+def test_sigterm_drains_requests_queued_in_the_front(spawn_server, connect, markers, tmp_path):
+    # One worker: a second request waits behind the blocked one.
+    server = start(spawn_server, markers, "--workers", "2", "--lane-fast-workers", "0")
+    release = tmp_path / "release"
+    blocked, _ = block_a_worker(connect, server, markers, release)
+    queued = [connect(server) for _ in range(3)]
+    for connection in queued:
+        connection.send(b"GET /pid HTTP/1.1\r\nHost: t\r\n\r\n")
+    time.sleep(0.1)
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    # New connections are refused once the front has drained its listener.
+    assert server.try_connect() is None
+    release.touch()
+    assert blocked.read_response().body == b"unblocked"
+    for connection in queued:
+        assert connection.read_response().status == 200
+    server.assert_exits_cleanly()
+
+
+def test_a_websocket_stays_on_the_worker_that_accepted_it(spawn_server):
+    from websockets.sync.client import connect as ws_connect
+
+    server = spawn_server("ws_app:app", "--workers", "2")
+    for _ in range(3):
+        with ws_connect(f"ws://127.0.0.1:{server.port}/echo", open_timeout=10) as ws:
+            for n in range(5):
+                ws.send(f"message {n}")
+                assert ws.recv(timeout=10) == f"message {n}"
+
+
+def test_wsgi_apps_run_behind_the_front(spawn_server, connect):
+    server = spawn_server("wsgi_app:app", "--interface", "wsgi", "--workers", "2")
+    connection = connect(server)
+    for _ in range(5):
+        assert connection.request("GET", "/").status == 200
+
+
+def test_a_dead_front_stops_the_server_with_a_reason(spawn_server, connect, markers):
+    server = start(spawn_server, markers, "--workers", "2")
+    front_pid = int(
+        server.wait_for_output("Started front process [")
+        .split("Started front process [")[1]
+        .split("]")[0]
+    )
+    os.kill(front_pid, signal.SIGKILL)
+    code = server.wait_exit()
+    assert code == 1
+    assert f"The front process [{front_pid}] died (signal SIGKILL); stopping." in (
+        server.output_text()
+    )
