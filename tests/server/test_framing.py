@@ -117,6 +117,41 @@ CASES = [
 ]
 
 
+# A chunked body up to its last chunk; the trailer section follows (RFC 9112 7.1.2). Trailer
+# fields are header fields: a token name, no whitespace before the colon, no folded line, no
+# NUL, CR or LF in the value; a trailer section that breaks these rules could be read
+# differently by a proxy in front (a request line there is a smuggling attempt).
+CHUNKED_UP_TO_TRAILERS = (
+    b"POST /echo HTTP/1.1\r\n" + HOST + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n"
+)
+
+TRAILER_CASES = [
+    pytest.param(b"nocolon\r\n\r\n", id="no-colon"),
+    pytest.param(b": value\r\n\r\n", id="empty-name"),
+    pytest.param(b"X-Sum: a\x00b\r\n\r\n", id="nul-in-value"),
+    pytest.param(b"X-S\x00um: ab\r\n\r\n", id="nul-in-name"),
+    pytest.param(
+        b"X-Sum: a\x01b\r\n\r\n",
+        id="control-byte-in-value",
+        marks=ferroloop_only(reason="h11 refuses only NUL, CR and LF in field values"),
+    ),
+    pytest.param(b"X-Sum : 1\r\n\r\n", id="space-before-colon"),
+    pytest.param(
+        b"X-Sum: 1\r\n folded\r\n\r\n",
+        id="obs-fold",
+        marks=ferroloop_only(reason="h11 unfolds obs-fold lines (RFC 9112 allows it)"),
+    ),
+    pytest.param(
+        b"X-Sum: 1\r\n\tfolded\r\n\r\n",
+        id="obs-fold-tab",
+        marks=ferroloop_only(reason="h11 unfolds obs-fold lines (RFC 9112 allows it)"),
+    ),
+    pytest.param(b" X-Sum: 1\r\n\r\n", id="whitespace-before-the-first-line"),
+    pytest.param(b"GET /smuggled HTTP/1.1\r\n\r\n", id="request-line"),
+    pytest.param(b"GET /smuggled HTTP/1.1\r\n" + HOST + b"\r\n", id="request-with-host"),
+]
+
+
 @pytest.fixture(scope="module")
 def server(serve):
     return serve("raw_asgi:app")
@@ -131,6 +166,32 @@ def test_malformed_request_is_rejected_and_the_connection_closed(server, connect
     rest = connection.read_until_close()
     assert connection.eof
     assert b"hello, world" not in response.body + rest, "the trailing request was answered"
+
+
+@pytest.mark.parametrize("trailers", TRAILER_CASES)
+def test_malformed_trailer_is_rejected_and_the_connection_closed(server, connect, trailers):
+    # /echo reads the whole body, so the server meets the trailer section before it answers.
+    connection = connect(server)
+    connection.send(CHUNKED_UP_TO_TRAILERS + trailers + TRAILING_REQUEST, allow_reset=True)
+    response = connection.read_response()
+    assert response.status == 400, response
+    rest = connection.read_until_close()
+    assert connection.eof
+    assert b"hello, world" not in response.body + rest, "the trailing request was answered"
+
+
+def test_well_formed_trailers_are_accepted(server, connect):
+    connection = connect(server)
+    connection.send(
+        CHUNKED_UP_TO_TRAILERS
+        + b"X-Sum: 1\r\nX-Empty:\r\nX-Spaces: \t a b \t\r\nX-Latin1: caf\xe9\r\n"
+        + b"!#$%&'*+-.^_`|~09: v:w\r\n\r\n"
+        + TRAILING_REQUEST
+    )
+    response = connection.read_response()
+    assert (response.status, response.body) == (200, b"hello")
+    # The trailer section was consumed to its end: the next request on the connection parses.
+    assert connection.read_response().body == b"hello, world"
 
 
 @pytest.mark.parametrize(

@@ -333,7 +333,7 @@ fn scan_fields(headers: &[(&[u8], &[u8])]) -> Result<AppFields, HeaderError> {
 
 /// tchar (RFC 9110 §5.6.2): one table load per byte of a field name, instead of a search of
 /// the punctuation list (about 150 instructions per hello-world response).
-fn is_tchar(b: u8) -> bool {
+pub(crate) fn is_tchar(b: u8) -> bool {
     TCHAR[usize::from(b)]
 }
 

@@ -611,7 +611,7 @@ impl Conn {
                     seq: st.seq,
                     info,
                     expect_continue: head.expect_continue,
-                    decoder: BodyDecoder::new(head.body),
+                    decoder: BodyDecoder::new(head.body, &server.opts().limits),
                     body_bytes: 0,
                     body_delivered: false,
                     disconnect_told: false,

@@ -1,5 +1,5 @@
 use super::*;
-use crate::http::{BodyDecoder, BodyKind};
+use crate::http::{BodyDecoder, BodyKind, Limits};
 
 const V11: RequestInfo = RequestInfo {
     version: Version::Http11,
@@ -469,7 +469,7 @@ fn encoded_chunks_decode_back() {
     }
     encode_last_chunk(&mut wire, &[(b"T", b"v")]).unwrap();
     wire.extend_from_slice(b"NEXT");
-    let mut decoder = BodyDecoder::new(BodyKind::Chunked);
+    let mut decoder = BodyDecoder::new(BodyKind::Chunked, &Limits::default());
     let (mut at, mut body) = (0, Vec::new());
     while !decoder.is_done() {
         let d = decoder.decode(&wire[at..]).unwrap();
