@@ -9,6 +9,8 @@ followed by a well-formed request that must not be answered.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 HOST = b"Host: test\r\n"
@@ -228,6 +230,30 @@ def test_server_keeps_serving_after_a_rejected_request(server, connect):
     bad.send(b"HELLO\r\n\r\n")
     assert bad.read_response().status == 400
     assert connect(server).request("GET", "/hello").body == b"hello, world"
+
+
+@pytest.mark.parametrize("version", [b"HTTP/1.2", b"HTTP/1.9"])
+@ferroloop_only(reason="uvicorn serves it too, but with the request's 1.2 in the scope")
+def test_higher_http1_minor_version_is_served_as_http11(server, connect, version):
+    # RFC 9112 2.3: a server answers a request with a higher minor version than it supports
+    # as the highest it does: here HTTP/1.1, with HTTP/1.1's rules (keep-alive, Host).
+    connection = connect(server)
+    connection.send(b"GET /scope HTTP/1.1\r\n".replace(b"HTTP/1.1", version) + HOST + b"\r\n")
+    response = connection.read_response()
+    assert (response.http_version, response.status) == ("1.1", 200)
+    assert json.loads(response.body)["http_version"] == "1.1"
+    assert connection.request("GET", "/hello").body == b"hello, world"
+
+
+@pytest.mark.parametrize("version", [b"HTTP/2.0", b"HTTP/3.0", b"HTTP/2"])
+@ferroloop_only(reason="uvicorn answers 400 to every parse error")
+def test_http2_or_http3_request_line_gets_505(server, connect, version):
+    connection = connect(server)
+    connection.send(b"GET /hello " + version + b"\r\n" + HOST + b"\r\n" + TRAILING_REQUEST)
+    response = connection.read_response()
+    assert response.status == 505, response
+    assert b"hello, world" not in response.body + connection.read_until_close()
+    assert connection.eof
 
 
 def test_http10_request_without_host_is_served(server, connect):
