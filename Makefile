@@ -117,7 +117,8 @@ bench-instructions: build ## Instructions per request of the server under callgr
 
 fuzz: ## Run each cargo-fuzz target for FUZZ_SECONDS (default 60); needs nightly and cargo-fuzz
 	cd fuzz && for t in parse_head chunked_body ws_frames; do \
-		cargo +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
+		dict=; if [ -f dicts/$$t.dict ]; then dict=-dict=dicts/$$t.dict; fi; \
+		cargo +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) $$dict || exit 1; done
 
 clean: ## Remove build outputs and the venv
 	cargo clean

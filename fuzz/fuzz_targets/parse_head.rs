@@ -3,6 +3,7 @@
 //! it is modified; and a prefix that already answered gives the whole input's answer.
 //!
 //! Input: byte 0 picks the limits, byte 1 the split point, the rest is the buffer.
+//! `dicts/parse_head.dict` holds request-line and header tokens.
 #![no_main]
 
 use ferroloop_core::http::{parse_head, Head, HttpError, Limits};

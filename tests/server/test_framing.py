@@ -9,6 +9,8 @@ followed by a well-formed request that must not be answered.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 HOST = b"Host: test\r\n"
@@ -117,6 +119,41 @@ CASES = [
 ]
 
 
+# A chunked body up to its last chunk; the trailer section follows (RFC 9112 7.1.2). Trailer
+# fields are header fields: a token name, no whitespace before the colon, no folded line, no
+# NUL, CR or LF in the value; a trailer section that breaks these rules could be read
+# differently by a proxy in front (a request line there is a smuggling attempt).
+CHUNKED_UP_TO_TRAILERS = (
+    b"POST /echo HTTP/1.1\r\n" + HOST + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n"
+)
+
+TRAILER_CASES = [
+    pytest.param(b"nocolon\r\n\r\n", id="no-colon"),
+    pytest.param(b": value\r\n\r\n", id="empty-name"),
+    pytest.param(b"X-Sum: a\x00b\r\n\r\n", id="nul-in-value"),
+    pytest.param(b"X-S\x00um: ab\r\n\r\n", id="nul-in-name"),
+    pytest.param(
+        b"X-Sum: a\x01b\r\n\r\n",
+        id="control-byte-in-value",
+        marks=ferroloop_only(reason="h11 refuses only NUL, CR and LF in field values"),
+    ),
+    pytest.param(b"X-Sum : 1\r\n\r\n", id="space-before-colon"),
+    pytest.param(
+        b"X-Sum: 1\r\n folded\r\n\r\n",
+        id="obs-fold",
+        marks=ferroloop_only(reason="h11 unfolds obs-fold lines (RFC 9112 allows it)"),
+    ),
+    pytest.param(
+        b"X-Sum: 1\r\n\tfolded\r\n\r\n",
+        id="obs-fold-tab",
+        marks=ferroloop_only(reason="h11 unfolds obs-fold lines (RFC 9112 allows it)"),
+    ),
+    pytest.param(b" X-Sum: 1\r\n\r\n", id="whitespace-before-the-first-line"),
+    pytest.param(b"GET /smuggled HTTP/1.1\r\n\r\n", id="request-line"),
+    pytest.param(b"GET /smuggled HTTP/1.1\r\n" + HOST + b"\r\n", id="request-with-host"),
+]
+
+
 @pytest.fixture(scope="module")
 def server(serve):
     return serve("raw_asgi:app")
@@ -131,6 +168,32 @@ def test_malformed_request_is_rejected_and_the_connection_closed(server, connect
     rest = connection.read_until_close()
     assert connection.eof
     assert b"hello, world" not in response.body + rest, "the trailing request was answered"
+
+
+@pytest.mark.parametrize("trailers", TRAILER_CASES)
+def test_malformed_trailer_is_rejected_and_the_connection_closed(server, connect, trailers):
+    # /echo reads the whole body, so the server meets the trailer section before it answers.
+    connection = connect(server)
+    connection.send(CHUNKED_UP_TO_TRAILERS + trailers + TRAILING_REQUEST, allow_reset=True)
+    response = connection.read_response()
+    assert response.status == 400, response
+    rest = connection.read_until_close()
+    assert connection.eof
+    assert b"hello, world" not in response.body + rest, "the trailing request was answered"
+
+
+def test_well_formed_trailers_are_accepted(server, connect):
+    connection = connect(server)
+    connection.send(
+        CHUNKED_UP_TO_TRAILERS
+        + b"X-Sum: 1\r\nX-Empty:\r\nX-Spaces: \t a b \t\r\nX-Latin1: caf\xe9\r\n"
+        + b"!#$%&'*+-.^_`|~09: v:w\r\n\r\n"
+        + TRAILING_REQUEST
+    )
+    response = connection.read_response()
+    assert (response.status, response.body) == (200, b"hello")
+    # The trailer section was consumed to its end: the next request on the connection parses.
+    assert connection.read_response().body == b"hello, world"
 
 
 @pytest.mark.parametrize(
@@ -167,6 +230,30 @@ def test_server_keeps_serving_after_a_rejected_request(server, connect):
     bad.send(b"HELLO\r\n\r\n")
     assert bad.read_response().status == 400
     assert connect(server).request("GET", "/hello").body == b"hello, world"
+
+
+@pytest.mark.parametrize("version", [b"HTTP/1.2", b"HTTP/1.9"])
+@ferroloop_only(reason="uvicorn serves it too, but with the request's 1.2 in the scope")
+def test_higher_http1_minor_version_is_served_as_http11(server, connect, version):
+    # RFC 9112 2.3: a server answers a request with a higher minor version than it supports
+    # as the highest it does: here HTTP/1.1, with HTTP/1.1's rules (keep-alive, Host).
+    connection = connect(server)
+    connection.send(b"GET /scope HTTP/1.1\r\n".replace(b"HTTP/1.1", version) + HOST + b"\r\n")
+    response = connection.read_response()
+    assert (response.http_version, response.status) == ("1.1", 200)
+    assert json.loads(response.body)["http_version"] == "1.1"
+    assert connection.request("GET", "/hello").body == b"hello, world"
+
+
+@pytest.mark.parametrize("version", [b"HTTP/2.0", b"HTTP/3.0", b"HTTP/2"])
+@ferroloop_only(reason="uvicorn answers 400 to every parse error")
+def test_http2_or_http3_request_line_gets_505(server, connect, version):
+    connection = connect(server)
+    connection.send(b"GET /hello " + version + b"\r\n" + HOST + b"\r\n" + TRAILING_REQUEST)
+    response = connection.read_response()
+    assert response.status == 505, response
+    assert b"hello, world" not in response.body + connection.read_until_close()
+    assert connection.eof
 
 
 def test_http10_request_without_host_is_served(server, connect):

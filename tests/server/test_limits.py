@@ -1,5 +1,6 @@
-"""Limits: header section size and count (431), URI length (414), body size (413), header-read
-timeout (slowloris) and keep-alive timeout (in test_connection.py).
+"""Limits: header section size and count (431, for a chunked body's trailer section too), URI
+length (414), body size (413), header-read timeout (slowloris) and keep-alive timeout (in
+test_connection.py).
 
 The options --limit-header-size, --limit-headers, --limit-uri, --limit-body and
 --timeout-header are ferroloop's own (uvicorn has none of them), so those tests are
@@ -69,6 +70,37 @@ def test_too_many_headers_gets_431(serve, connect):
         + b"".join(f"{k}: {v}\r\n".encode() for k, v in many)
         + b"\r\n"
     )
+    assert_rejected(connection, {431})
+
+
+CHUNKED_UP_TO_TRAILERS = (
+    b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n"
+)
+
+
+@ferroloop_only(reason="--limit-header-size is a ferroloop option")
+def test_trailer_section_over_the_header_size_limit_gets_431(serve, connect):
+    # The trailer section is a header section: it gets the head's limit, not a larger one.
+    server = serve("raw_asgi:app", "--limit-header-size", "1024")
+    ok = connect(server)
+    ok.send(CHUNKED_UP_TO_TRAILERS + b"X-Filler: " + b"a" * 600 + b"\r\n\r\n")
+    assert (ok.read_response().body, ok.request("GET", "/hello").status) == (b"hello", 200)
+    connection = connect(server)
+    connection.send(
+        CHUNKED_UP_TO_TRAILERS + b"X-Filler: " + b"a" * 2000 + b"\r\n\r\n", allow_reset=True
+    )
+    assert_rejected(connection, {431})
+
+
+@ferroloop_only(reason="--limit-headers is a ferroloop option")
+def test_more_trailer_fields_than_the_header_limit_gets_431(serve, connect):
+    server = serve("raw_asgi:app", "--limit-headers", "10")
+    fields = b"".join(b"X-T%d: v\r\n" % index for index in range(10))
+    ok = connect(server)
+    ok.send(CHUNKED_UP_TO_TRAILERS + fields + b"\r\n")
+    assert ok.read_response().status == 200
+    connection = connect(server)
+    connection.send(CHUNKED_UP_TO_TRAILERS + fields + b"X-T10: v\r\n\r\n", allow_reset=True)
     assert_rejected(connection, {431})
 
 

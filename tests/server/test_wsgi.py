@@ -392,6 +392,18 @@ def test_start_response_with_exc_info_replaces_unsent_headers(server, connect):
     assert response.body == b"replaced by the error page"
 
 
+@ferroloop_only(reason="uvicorn's WSGI middleware closes the connection without a response")
+def test_invalid_response_header_gives_500_and_a_logged_error(server, connect):
+    # start_response refuses a header the server could not write (here a NUL in the value):
+    # the app's call raises before anything was sent, so the client gets a 500.
+    key = uuid.uuid4().hex
+    response = connect(server).request("GET", f"/bad-header?key={key}")
+    assert (response.status, response.complete) == (500, True)
+    assert response.body != b"never sent"
+    output = server.wait_for_output(f"X-Bad-{key}")
+    assert "Traceback (most recent call last)" in output
+
+
 def test_missing_start_response_gives_500(server, connect):
     response = connect(server).request("GET", "/no-start-response")
     assert response.status == 500

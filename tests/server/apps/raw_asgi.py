@@ -510,6 +510,17 @@ async def with_header(scope: Any, receive: Any, send: Any) -> None:
     await _respond(send, b"ok", headers=[(query["name"].encode(), query["value"].encode())])
 
 
+async def with_status(scope: Any, receive: Any, send: Any) -> None:
+    """Responds with the status ``?code=``; what send() raised, if anything, is kept under
+    ``?key=`` and raised again."""
+    query = _query(scope)
+    try:
+        await _respond(send, b"ok", status=int(query["code"]))
+    except Exception as exc:
+        RESULTS[query["key"]] = f"{type(exc).__name__}: {exc}"
+        raise
+
+
 async def task_info(scope: Any, receive: Any, send: Any) -> None:
     """How the app is driven: its task and context as seen in the first step and after an
     ``await`` that suspends. ``?value=`` is set into a context variable in between."""
@@ -567,6 +578,7 @@ ROUTES = {
     "/task-info": task_info,
     "/server-var": server_var,
     "/with-header": with_header,
+    "/with-status": with_status,
 }
 
 

@@ -256,6 +256,11 @@ def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         return _text(start_response, str(_produced).encode())
     if path == "/status":
         return _status(environ, start_response)
+    if path == "/bad-header":
+        # ?key= in the header's name (so the error names it), a NUL in its value.
+        key = _query(environ)["key"]
+        start_response("200 OK", [("Content-Type", "text/plain"), (f"X-Bad-{key}", "a\x00b")])
+        return [b"never sent"]
     if path.startswith("/unicode-path/"):
         return _text(start_response, path.encode("latin-1"))
     return _text(start_response, b"not found", "404 Not Found")

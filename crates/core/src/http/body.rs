@@ -12,18 +12,25 @@
 //! Chunked framing accepted (RFC 9112 §7.1): `chunk-size [BWS] [; ext] CRLF data CRLF`, repeated,
 //! then `0 [ext] CRLF`, trailer fields (read and discarded) and an empty line. Bare LF is refused
 //! everywhere in the framing, because a proxy in front might read the lines differently.
+//!
+//! The trailer section is a header section (RFC 9112 §7.1.2) and gets the head's rules and limits,
+//! so that nothing a front proxy could read differently passes as a trailer: each line is
+//! `token ":" value CRLF` with no whitespace before the colon and no line folded onto the one
+//! before (obs-fold), the value made of HTAB, SP, visible ASCII and obs-text (no NUL or other
+//! control byte), exactly as `httparse` checks the head's fields (a test compares the two); the
+//! section, final empty line included, is at most [`Limits::max_head_bytes`] bytes and holds at
+//! most [`Limits::max_headers`] fields, 431 beyond either, as for the head.
 
 use std::ops::Range;
 
+use super::request::Limits;
+use super::response::is_tchar;
 use super::{BodyKind, HttpError};
 
 /// Longest chunk-size line (size, whitespace and extensions, without CRLF): ample for any real
 /// extension (clients send none), and bounds the bytes read without body progress. hyper bounds
 /// extensions too (16 KiB over a whole body).
 const MAX_SIZE_LINE: usize = 1024;
-/// Largest trailer section, including its final empty line. Trailers are read and discarded, so
-/// this only bounds the bytes read without body progress.
-const MAX_TRAILERS: usize = 8192;
 
 const BAD_CHUNK_SIZE: HttpError = HttpError::new(400, "bad chunk size");
 const SIZE_LINE_TOO_LONG: HttpError = HttpError::new(
@@ -35,8 +42,27 @@ const BAD_SIZE_LINE_END: HttpError = HttpError::new(400, "chunk size line not en
 const BAD_DATA_END: HttpError = HttpError::new(400, "chunk data not followed by CRLF");
 const BAD_TRAILER_LINE_END: HttpError =
     HttpError::new(400, "line in the chunked trailer section not ended by CRLF");
-const TRAILERS_TOO_LARGE: HttpError =
-    HttpError::new(431, "chunked trailer section larger than 8192 bytes");
+const BAD_TRAILER_NAME: HttpError = HttpError::new(
+    400,
+    "invalid chunked trailer line (a name that is not a token, no colon, or whitespace before \
+     the colon)",
+);
+const FOLDED_TRAILER: HttpError = HttpError::new(
+    400,
+    "chunked trailer line starting with whitespace (a folded line, which RFC 9112 §5.2 \
+     forbids in requests)",
+);
+const BAD_TRAILER_VALUE: HttpError =
+    HttpError::new(400, "invalid byte in a chunked trailer field value");
+const TRAILERS_TOO_LARGE: HttpError = HttpError::new(
+    431,
+    "chunked trailer section larger than max_head_bytes (default 65536); raise \
+     --limit-header-size",
+);
+const TOO_MANY_TRAILERS: HttpError = HttpError::new(
+    431,
+    "more chunked trailer fields than max_headers (default 100); raise --limit-headers",
+);
 
 /// Where in the chunk-size line the decoder is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +76,27 @@ enum SizePhase {
     /// After the CR: the LF must follow.
     Lf,
 }
+
+/// Where in a trailer line the decoder is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TrailerPhase {
+    /// At the start of a line: a field name, or the CR of the empty line that ends the section.
+    LineStart,
+    /// In a field name (token characters) until the colon.
+    Name,
+    /// After the colon: the field value until CR.
+    Value,
+    /// After a field line's CR: the LF must follow.
+    LineLf,
+    /// After the final empty line's CR: the LF ends the body.
+    EndLf,
+}
+
+const TRAILERS_START: State = State::Trailers {
+    total: 0,
+    fields: 0,
+    phase: TrailerPhase::LineStart,
+};
 
 /// The decoder's state: everything needed to resume at any byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,11 +114,12 @@ enum State {
     Data { remaining: u64 },
     /// After a chunk's data: CR, then LF.
     DataEnd { seen_cr: bool },
-    /// After the last chunk: trailer lines until an empty one.
+    /// After the last chunk: trailer lines until an empty one. `total`: bytes of the section
+    /// so far; `fields`: complete field lines so far.
     Trailers {
         total: usize,
-        line_len: usize,
-        seen_cr: bool,
+        fields: usize,
+        phase: TrailerPhase,
     },
     /// The body is complete.
     Done,
@@ -88,6 +136,8 @@ const SIZE_LINE_START: State = State::Size {
 #[derive(Debug, Clone)]
 pub struct BodyDecoder {
     state: State,
+    /// The head's limits, applied to the trailer section too (`max_uri_bytes` is not used).
+    limits: Limits,
 }
 
 /// What one [`BodyDecoder::decode`] call did.
@@ -102,13 +152,18 @@ pub struct Decoded {
 }
 
 impl BodyDecoder {
-    pub fn new(kind: BodyKind) -> Self {
+    /// A decoder for a body framed as `kind`; a chunked body's trailer section is held to the
+    /// head's `limits` (its size and field count).
+    pub fn new(kind: BodyKind, limits: &Limits) -> Self {
         let state = match kind {
             BodyKind::Empty | BodyKind::Length(0) => State::Done,
             BodyKind::Length(remaining) => State::Length { remaining },
             BodyKind::Chunked => SIZE_LINE_START,
         };
-        Self { state }
+        Self {
+            state,
+            limits: *limits,
+        }
     }
 
     pub fn is_done(&self) -> bool {
@@ -139,7 +194,7 @@ impl BodyDecoder {
                             done: false,
                         });
                     };
-                    self.state = framing_step(self.state, byte)?;
+                    self.state = framing_step(self.state, byte, &self.limits)?;
                     at += 1;
                     continue;
                 }
@@ -170,7 +225,7 @@ impl BodyDecoder {
 }
 
 /// The transition on one framing byte (any state but `Length`, `Data` and `Done`).
-fn framing_step(state: State, byte: u8) -> Result<State, HttpError> {
+fn framing_step(state: State, byte: u8, limits: &Limits) -> Result<State, HttpError> {
     match state {
         State::Size {
             size,
@@ -183,36 +238,53 @@ fn framing_step(state: State, byte: u8) -> Result<State, HttpError> {
         State::DataEnd { .. } => Err(BAD_DATA_END),
         State::Trailers {
             total,
-            line_len,
-            seen_cr,
-        } => {
-            let total = total + 1;
-            if total > MAX_TRAILERS {
-                return Err(TRAILERS_TOO_LARGE);
-            }
-            match (seen_cr, byte) {
-                (true, b'\n') if line_len == 0 => Ok(State::Done),
-                (true, b'\n') => Ok(State::Trailers {
-                    total,
-                    line_len: 0,
-                    seen_cr: false,
-                }),
-                (true, _) | (false, b'\n') => Err(BAD_TRAILER_LINE_END),
-                (false, b'\r') => Ok(State::Trailers {
-                    total,
-                    line_len,
-                    seen_cr: true,
-                }),
-                (false, _) => Ok(State::Trailers {
-                    total,
-                    line_len: line_len + 1,
-                    seen_cr: false,
-                }),
-            }
-        }
+            fields,
+            phase,
+        } => trailer_step(total, fields, phase, byte, limits),
         State::Length { .. } | State::Data { .. } | State::Done => {
             unreachable!("framing_step is only called in a framing state, not {state:?}")
         }
+    }
+}
+
+/// The transition on one byte of the trailer section: the head's field rules (see the module
+/// documentation) and limits. The size limit is checked first, at the byte that exceeds it.
+fn trailer_step(
+    total: usize,
+    fields: usize,
+    phase: TrailerPhase,
+    byte: u8,
+    limits: &Limits,
+) -> Result<State, HttpError> {
+    let total = total + 1;
+    if total > limits.max_head_bytes {
+        return Err(TRAILERS_TOO_LARGE);
+    }
+    let to = |fields, phase| {
+        Ok(State::Trailers {
+            total,
+            fields,
+            phase,
+        })
+    };
+    match (phase, byte) {
+        (TrailerPhase::LineStart, b'\r') => to(fields, TrailerPhase::EndLf),
+        (TrailerPhase::LineStart, b' ' | b'\t') => Err(FOLDED_TRAILER),
+        (TrailerPhase::LineStart | TrailerPhase::Name, _) if is_tchar(byte) => {
+            to(fields, TrailerPhase::Name)
+        }
+        // The colon, or a value byte: HTAB, SP, visible ASCII, obs-text.
+        (TrailerPhase::Name, b':') | (TrailerPhase::Value, b'\t' | b' '..=b'~' | 0x80..=0xff) => {
+            to(fields, TrailerPhase::Value)
+        }
+        (TrailerPhase::LineStart | TrailerPhase::Name, _) => Err(BAD_TRAILER_NAME),
+        (TrailerPhase::Value, b'\r') => to(fields, TrailerPhase::LineLf),
+        (TrailerPhase::Value, b'\n') => Err(BAD_TRAILER_LINE_END),
+        (TrailerPhase::Value, _) => Err(BAD_TRAILER_VALUE),
+        (TrailerPhase::LineLf, b'\n') if fields >= limits.max_headers => Err(TOO_MANY_TRAILERS),
+        (TrailerPhase::LineLf, b'\n') => to(fields + 1, TrailerPhase::LineStart),
+        (TrailerPhase::EndLf, b'\n') => Ok(State::Done),
+        (TrailerPhase::LineLf | TrailerPhase::EndLf, _) => Err(BAD_TRAILER_LINE_END),
     }
 }
 
@@ -237,11 +309,7 @@ fn size_step(
         })
     };
     match (phase, byte) {
-        (SizePhase::Lf, b'\n') if size == 0 => Ok(State::Trailers {
-            total: 0,
-            line_len: 0,
-            seen_cr: false,
-        }),
+        (SizePhase::Lf, b'\n') if size == 0 => Ok(TRAILERS_START),
         (SizePhase::Lf, b'\n') => Ok(State::Data { remaining: size }),
         (SizePhase::Lf, _) => Err(BAD_SIZE_LINE_END),
         (SizePhase::Digits, _) if byte.is_ascii_hexdigit() => {

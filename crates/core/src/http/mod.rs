@@ -37,8 +37,9 @@ pub use cgi::cgi_key;
 pub use date::{format_http_date, DateCache};
 pub use request::{parse_head, BodyKind, Head, Limits};
 pub use response::{
-    encode_chunk, encode_head, encode_last_chunk, encode_upgrade_head, error_response,
-    reason_phrase, valid_field, write_chunk_size, Framing, HeaderError, RequestInfo, ServerFields,
+    check_response, encode_chunk, encode_head, encode_last_chunk, encode_upgrade_head,
+    error_response, reason_phrase, valid_field, write_chunk_size, Framing, HeaderError,
+    RequestInfo, ServerFields,
 };
 
 /// The protocol version of a request. Only HTTP/1.0 and HTTP/1.1 are served.

@@ -149,7 +149,7 @@ fn decode_in_pieces(
     input: &[u8],
     max_piece: usize,
 ) -> Result<(Vec<u8>, usize, bool), HttpError> {
-    let mut decoder = BodyDecoder::new(BodyKind::Chunked);
+    let mut decoder = BodyDecoder::new(BodyKind::Chunked, &Limits::default());
     let (mut body, mut consumed, mut offered) = (Vec::new(), 0, 0);
     while offered < input.len() && !decoder.is_done() {
         offered = (offered + 1 + rng.below(max_piece)).min(input.len());

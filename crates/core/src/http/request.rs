@@ -114,7 +114,7 @@ const URI_TOO_LONG: HttpError = HttpError::new(
 );
 const BAD_VERSION: HttpError = HttpError::new(
     505,
-    "unsupported HTTP version; only HTTP/1.0 and HTTP/1.1 are served",
+    "unsupported HTTP version; only HTTP/1.x is served (HTTP/1.2 and above as HTTP/1.1)",
 );
 const BAD_REQUEST_LINE: HttpError = HttpError::new(
     400,
@@ -224,7 +224,48 @@ fn skip_empty_lines(buf: &[u8]) -> usize {
 }
 
 /// Runs httparse over `view` and fills the ranges of `head`. `Ok(None)`: incomplete.
+///
+/// A request line with a higher HTTP/1 minor version (`HTTP/1.2` to `HTTP/1.9`) is read as
+/// HTTP/1.1: RFC 9112 §2.3 says a server answers such a request as the highest minor version it
+/// supports. httparse knows only `HTTP/1.0` and `HTTP/1.1`, so when it refuses the version this
+/// way, a copy with the minor digit set to `1` is parsed instead (the ranges are offsets, the same
+/// in `view`). Only such requests pay for the copy; every other one is parsed once, as before.
 fn scan(view: &[u8], limits: &Limits, head: &mut Head) -> Result<Option<usize>, HttpError> {
+    match scan_once(view, limits, head) {
+        Err(Refusal::HigherMinor(digit_at)) => {
+            let mut copy = view.to_vec();
+            copy[digit_at] = b'1';
+            scan_once(&copy, limits, head).map_err(Refusal::into_error)
+        }
+        other => other.map_err(Refusal::into_error),
+    }
+}
+
+/// Why `scan_once` refused a head.
+enum Refusal {
+    /// `HTTP/1.<2-9>`: the minor digit is at this offset of the view.
+    HigherMinor(usize),
+    Error(HttpError),
+}
+
+impl Refusal {
+    fn into_error(self) -> HttpError {
+        match self {
+            // Only reached if the copy is refused the same way, which it cannot be.
+            Self::HigherMinor(_) => BAD_VERSION,
+            Self::Error(err) => err,
+        }
+    }
+}
+
+impl From<HttpError> for Refusal {
+    fn from(err: HttpError) -> Self {
+        Self::Error(err)
+    }
+}
+
+/// One httparse run over `view` for [`scan`].
+fn scan_once(view: &[u8], limits: &Limits, head: &mut Head) -> Result<Option<usize>, Refusal> {
     let mut on_stack =
         [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADER_SLOTS];
     let mut on_heap = Vec::new();
@@ -243,7 +284,7 @@ fn scan(view: &[u8], limits: &Limits, head: &mut Head) -> Result<Option<usize>, 
         .path
         .is_some_and(|path| path.len() > limits.max_uri_bytes)
     {
-        return Err(URI_TOO_LONG);
+        return Err(URI_TOO_LONG.into());
     }
     let head_len = match status {
         Ok(httparse::Status::Complete(n)) => n,
@@ -288,16 +329,21 @@ fn scan(view: &[u8], limits: &Limits, head: &mut Head) -> Result<Option<usize>, 
     Ok(Some(head_len))
 }
 
-fn map_error(err: httparse::Error, view: &[u8], req: &httparse::Request<'_, '_>) -> HttpError {
-    match err {
+fn map_error(err: httparse::Error, view: &[u8], req: &httparse::Request<'_, '_>) -> Refusal {
+    let err = match err {
         httparse::Error::TooManyHeaders => TOO_MANY_HEADERS,
         httparse::Error::Version => {
-            // httparse stops at the first byte that cannot continue `HTTP/1.0` or `HTTP/1.1`.
-            // `HTTP/<digit>` is a version we do not serve (505); anything else is not a version.
-            let version = req.path.map_or(&[][..], |path| {
-                let end = path.as_ptr() as usize - view.as_ptr() as usize + path.len() + 1;
-                view.get(end..).unwrap_or_default()
+            // httparse stops at the first byte that cannot continue `HTTP/1.0` or `HTTP/1.1`
+            // (with all eight bytes of the version there). `HTTP/1.<2-9>` is served as HTTP/1.1
+            // (see `scan`); another `HTTP/<digit>` is a version we do not serve (505); anything
+            // else is not a version.
+            let start = req.path.map_or(view.len(), |path| {
+                path.as_ptr() as usize - view.as_ptr() as usize + path.len() + 1
             });
+            let version = view.get(start..).unwrap_or_default();
+            if let [b'H', b'T', b'T', b'P', b'/', b'1', b'.', b'2'..=b'9', ..] = version {
+                return Refusal::HigherMinor(start + 7);
+            }
             if version.starts_with(b"HTTP/") && version.get(5).is_some_and(u8::is_ascii_digit) {
                 BAD_VERSION
             } else {
@@ -310,7 +356,8 @@ fn map_error(err: httparse::Error, view: &[u8], req: &httparse::Request<'_, '_>)
         httparse::Error::HeaderValue => BAD_HEADER_VALUE,
         httparse::Error::NewLine => BAD_NEWLINE,
         httparse::Error::Status => BAD_REQUEST_LINE,
-    }
+    };
+    Refusal::Error(err)
 }
 
 /// Decides `body`, `keep_alive` and `expect_continue` from the (lowercased) header fields, and

@@ -122,6 +122,37 @@ struct AppFields {
     server: bool,
 }
 
+/// Checks the application's part of a response head, as [`encode_head`] will: the status a
+/// three-digit code, every name a token, every value free of CR, LF and NUL, `content-length` a
+/// number (the same in every field), and not both `content-length` and `transfer-encoding`.
+/// The server calls it when the application starts its response, so that a head it could never
+/// write is the application's error while a `500` can still be sent.
+pub fn check_response<'a>(
+    status: u16,
+    headers: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+) -> Result<(), HeaderError> {
+    check_app_head(status, headers).map(|_| ())
+}
+
+/// [`check_response`], returning what the fields say about framing.
+fn check_app_head<'a>(
+    status: u16,
+    headers: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+) -> Result<AppFields, HeaderError> {
+    if !(100..=999).contains(&status) {
+        return Err(HeaderError(format!(
+            "status {status} is not a three-digit code (100..=999)"
+        )));
+    }
+    let app = scan_fields(headers)?;
+    if app.content_length.is_some() && app.transfer_encoding {
+        return Err(HeaderError(
+            "both content-length and transfer-encoding set (RFC 9112 §6.2 forbids it)".to_owned(),
+        ));
+    }
+    Ok(app)
+}
+
 /// Appends the status line, the header fields and the blank line to `out`, and decides the body
 /// framing. On `Err`, `out` is unchanged.
 pub fn encode_head(
@@ -132,12 +163,7 @@ pub fn encode_head(
     known_length: Option<u64>,
     fields: &ServerFields<'_>,
 ) -> Result<Framing, HeaderError> {
-    if !(100..=999).contains(&status) {
-        return Err(HeaderError(format!(
-            "status {status} is not a three-digit code (100..=999)"
-        )));
-    }
-    let app = scan_fields(headers)?;
+    let app = check_app_head(status, headers.iter().copied())?;
     for (name, value) in [(&b"date"[..], fields.date), (b"server", fields.server)] {
         if value.is_some_and(|v| !valid_value(v)) {
             return Err(HeaderError(format!(
@@ -145,11 +171,6 @@ pub fn encode_head(
                 ascii(name)
             )));
         }
-    }
-    if app.content_length.is_some() && app.transfer_encoding {
-        return Err(HeaderError(
-            "both content-length and transfer-encoding set (RFC 9112 §6.2 forbids it)".to_owned(),
-        ));
     }
 
     let http10 = req.version == Version::Http10;
@@ -239,7 +260,7 @@ pub fn encode_upgrade_head(
         b"sec-websocket-accept",
         b"sec-websocket-extensions",
     ];
-    let app = scan_fields(headers)?;
+    let app = scan_fields(headers.iter().copied())?;
     if let Some((name, _)) = headers
         .iter()
         .find(|(n, _)| RESERVED.iter().any(|r| r.eq_ignore_ascii_case(n)))
@@ -286,9 +307,11 @@ pub fn encode_upgrade_head(
     Ok(())
 }
 
-fn scan_fields(headers: &[(&[u8], &[u8])]) -> Result<AppFields, HeaderError> {
+fn scan_fields<'a>(
+    headers: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+) -> Result<AppFields, HeaderError> {
     let mut app = AppFields::default();
-    for &(name, value) in headers {
+    for (name, value) in headers {
         if name.is_empty() || !name.iter().copied().all(is_tchar) {
             return Err(HeaderError(format!(
                 "header name {:?} is not an RFC 9110 token",
@@ -333,7 +356,7 @@ fn scan_fields(headers: &[(&[u8], &[u8])]) -> Result<AppFields, HeaderError> {
 
 /// tchar (RFC 9110 §5.6.2): one table load per byte of a field name, instead of a search of
 /// the punctuation list (about 150 instructions per hello-world response).
-fn is_tchar(b: u8) -> bool {
+pub(crate) fn is_tchar(b: u8) -> bool {
     TCHAR[usize::from(b)]
 }
 

@@ -32,7 +32,7 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyString};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyString};
 use pyo3::PyTraverseError;
 
 use super::cycle::{Cycle, Ready};
@@ -81,7 +81,8 @@ pub(super) enum Phase {
 pub(super) struct Response {
     pub(super) status: u16,
     pub(super) started: bool,
-    pub(super) headers: Option<Py<PyAny>>,
+    /// The app's header fields from `http.response.start`, checked there (`start_head`).
+    pub(super) headers: Vec<(Py<PyBytes>, Py<PyBytes>)>,
     pub(super) trailers: bool,
     pub(super) framing: Option<Framing>,
     pub(super) body_done: bool,
@@ -647,7 +648,7 @@ impl Conn {
                     seq: st.seq,
                     info,
                     expect_continue: head.expect_continue,
-                    decoder: BodyDecoder::new(head.body),
+                    decoder: BodyDecoder::new(head.body, &server.opts().limits),
                     body_bytes: 0,
                     body_delivered: false,
                     disconnect_told: false,
@@ -1062,7 +1063,6 @@ impl Conn {
             if let Some(req) = &st.req {
                 visit.call(&req.receive_waiter)?;
                 visit.call(&req.drain_waiter)?;
-                visit.call(&req.resp.headers)?;
                 if let Some(facts) = &req.facts {
                     visit.call(&facts.method)?;
                     visit.call(&facts.path)?;

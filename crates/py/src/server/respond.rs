@@ -7,7 +7,8 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use ferroloop_core::clock;
 use ferroloop_core::http::{
-    encode_chunk, encode_head, encode_last_chunk, write_chunk_size, Framing, Version,
+    check_response, encode_chunk, encode_head, encode_last_chunk, write_chunk_size, Framing,
+    Version,
 };
 use ferroloop_core::OutQueue;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError};
@@ -537,16 +538,19 @@ pub(super) fn start_message(
         .ok_or_else(|| PyTypeError::new_err("http.response.start needs 'status'"))?
         .extract()
         .map_err(|_| PyTypeError::new_err("'status' must be an int in 100..=999"))?;
-    let headers = message.get_item(intern!(py, "headers"))?.map(Bound::unbind);
+    let headers = message.get_item(intern!(py, "headers"))?;
     let trailers = flag(message, intern!(py, "trailers"))?;
-    start_head(st, status, headers, trailers)
+    start_head(st, status, headers.as_ref(), trailers)
 }
 
-/// The response head of the current request (`http.response.start`'s fields).
+/// The response head of the current request (`http.response.start`'s fields). The status and
+/// the header fields are checked here, as the head will be written with the first body part:
+/// a head that could never be written is the app's error now, while the response has not
+/// started and the server can still answer `500`, not later when it can only close.
 pub(super) fn start_head(
     st: &mut ConnState,
     status: u16,
-    headers: Option<Py<PyAny>>,
+    headers: Option<&Bound<'_, PyAny>>,
     trailers: bool,
 ) -> PyResult<()> {
     let req = st.req.as_mut().expect("current");
@@ -555,9 +559,21 @@ pub(super) fn start_head(
             "Unexpected ASGI message 'http.response.start' sent, after response already started.",
         ));
     }
+    let held = match headers.filter(|h| !h.is_none()) {
+        Some(h) => header_list(h)?,
+        None => Vec::new(),
+    };
+    check_response(
+        status,
+        held.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())),
+    )
+    .map_err(|e| PyRuntimeError::new_err(format!("invalid response: {e}")))?;
     req.resp.status = status;
     req.resp.started = true;
-    req.resp.headers = headers;
+    req.resp.headers = held
+        .into_iter()
+        .map(|(n, v)| (n.unbind(), v.unbind()))
+        .collect();
     req.resp.trailers = trailers;
     Ok(())
 }
@@ -691,11 +707,12 @@ fn write_head(
     req: &Request,
     known_length: Option<u64>,
 ) -> PyResult<Framing> {
-    let held = match &req.resp.headers {
-        Some(h) => header_list(h.bind(py))?,
-        None => Vec::new(),
-    };
-    let pairs = header_pairs(&held);
+    let pairs: Vec<(&[u8], &[u8])> = req
+        .resp
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_bytes(py), v.as_bytes(py)))
+        .collect();
     let date = server.date(py);
     let fields = server.fields(date.as_ref().map(|d| &d[..]));
     out.with_tail(|buf| {

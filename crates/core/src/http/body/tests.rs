@@ -16,8 +16,12 @@ struct Outcome {
 
 /// Feeds `chunks` in turn to one decoder the way the connection layer does: bytes not consumed
 /// stay pending and are offered again with the next read.
-fn feed<'a>(kind: BodyKind, chunks: impl Iterator<Item = &'a [u8]>) -> Result<Outcome, HttpError> {
-    let mut decoder = BodyDecoder::new(kind);
+fn feed<'a>(
+    kind: BodyKind,
+    limits: &Limits,
+    chunks: impl Iterator<Item = &'a [u8]>,
+) -> Result<Outcome, HttpError> {
+    let mut decoder = BodyDecoder::new(kind, limits);
     let mut pending = Vec::new();
     let mut out = Outcome {
         body: Vec::new(),
@@ -52,14 +56,20 @@ fn feed<'a>(kind: BodyKind, chunks: impl Iterator<Item = &'a [u8]>) -> Result<Ou
     Ok(out)
 }
 
-/// Decodes `input` three ways and returns the agreed outcome.
+/// Decodes `input` three ways under the default limits and returns the agreed outcome.
 fn decode3(kind: BodyKind, input: &[u8]) -> Result<Outcome, HttpError> {
+    decode3_with(kind, &Limits::default(), input)
+}
+
+/// Decodes `input` three ways under `limits`: whole, byte by byte, and followed by a pipelined
+/// request that must be left untouched; returns the agreed outcome.
+fn decode3_with(kind: BodyKind, limits: &Limits, input: &[u8]) -> Result<Outcome, HttpError> {
     let show = String::from_utf8_lossy(input);
-    let whole = feed(kind, std::iter::once(input));
-    let bytewise = feed(kind, input.chunks(1));
+    let whole = feed(kind, limits, std::iter::once(input));
+    let bytewise = feed(kind, limits, input.chunks(1));
     assert_eq!(whole, bytewise, "whole vs byte by byte: {show:?}");
     let with_next = [input, NEXT].concat();
-    let trailing = feed(kind, std::iter::once(&with_next[..]));
+    let trailing = feed(kind, limits, std::iter::once(&with_next[..]));
     match (&whole, trailing) {
         (Ok(want), Ok(got)) if want.done => {
             assert_eq!(*want, got, "with trailing data: {show:?}");
@@ -187,9 +197,10 @@ fn incomplete_bodies_wait_for_more() {
 #[test]
 fn bad_chunked_framing_is_rejected() {
     let long_ext = format!("3;{}\r\nabc\r\n0\r\n\r\n", "e".repeat(1023));
-    // The trailer section is everything after "0\r\n": "X: " + value + "\r\n\r\n".
-    let max_trailers = format!("0\r\nX: {}\r\n\r\n", "t".repeat(8192 - 7));
-    let long_trailers = format!("0\r\nX: {}\r\n\r\n", "t".repeat(8192 - 6));
+    // The trailer section is everything after "0\r\n": "X: " + value + "\r\n\r\n"; its limit is
+    // the head's (max_head_bytes, 65536 by default).
+    let max_trailers = format!("0\r\nX: {}\r\n\r\n", "t".repeat(65536 - 7));
+    let long_trailers = format!("0\r\nX: {}\r\n\r\n", "t".repeat(65536 - 6));
     let cases: &[(&str, &[u8], u16)] = &[
         ("empty size", b"\r\n", 400),
         ("extension without size", b";a\r\n", 400),
@@ -231,21 +242,22 @@ fn bad_chunked_framing_is_rejected() {
 
 #[test]
 fn largest_chunk_size_is_accepted() {
-    let mut decoder = BodyDecoder::new(BodyKind::Chunked);
+    let mut decoder = BodyDecoder::new(BodyKind::Chunked, &Limits::default());
     let d = decoder.decode(b"ffffffffffffffff\r\nxy").unwrap();
     assert_eq!((d.consumed, d.data, d.done), (20, 18..20, false));
     assert_eq!(
         format!("{decoder:?}"),
         format!(
-            "BodyDecoder {{ state: Data {{ remaining: {} }} }}",
-            u64::MAX - 2
+            "BodyDecoder {{ state: Data {{ remaining: {} }}, limits: {:?} }}",
+            u64::MAX - 2,
+            Limits::default()
         )
     );
 }
 
 #[test]
 fn decoding_after_done_consumes_nothing() {
-    let mut decoder = BodyDecoder::new(BodyKind::Length(2));
+    let mut decoder = BodyDecoder::new(BodyKind::Length(2), &Limits::default());
     assert_eq!(
         decoder.decode(b"abGET").unwrap(),
         Decoded {
@@ -262,7 +274,7 @@ fn decoding_after_done_consumes_nothing() {
             done: true
         }
     );
-    let mut decoder = BodyDecoder::new(BodyKind::Empty);
+    let mut decoder = BodyDecoder::new(BodyKind::Empty, &Limits::default());
     assert!(decoder.is_done());
     assert_eq!(
         decoder.decode(b"GET").unwrap(),
@@ -286,7 +298,7 @@ fn pipelined_requests_with_bodies() {
         assert_eq!(parse_head(&mut buf[at..], &limits, &mut head), Ok(true));
         let target = buf[at..][head.target.clone()].to_vec();
         at += head.head_len;
-        let mut decoder = BodyDecoder::new(head.body);
+        let mut decoder = BodyDecoder::new(head.body, &limits);
         let mut body = Vec::new();
         loop {
             let d = decoder.decode(&buf[at..]).unwrap();
@@ -304,4 +316,230 @@ fn pipelined_requests_with_bodies() {
     }
     let want = [("/a", "hello"), ("/b", "abc"), ("/c", "")];
     assert_eq!(seen, want.map(|(t, b)| (t.to_owned(), b.to_owned())));
+}
+
+/// Trailer lines that break the header-field rules (RFC 9110 §5.1, RFC 9112 §5.1, §5.2). Each
+/// one is fed three ways by `decode3`, and behind a complete request by
+/// `bad_trailers_stop_a_pipelined_stream`.
+const BAD_TRAILERS: &[(&str, &[u8])] = &[
+    ("no colon", b"0\r\nnocolon\r\n\r\n"),
+    ("empty name", b"0\r\n: v\r\n\r\n"),
+    ("NUL in a value", b"0\r\nX: a\0b\r\n\r\n"),
+    ("NUL in a name", b"0\r\nX\0Y: v\r\n\r\n"),
+    ("control byte in a value", b"0\r\nX: a\x01b\r\n\r\n"),
+    ("DEL in a value", b"0\r\nX: a\x7fb\r\n\r\n"),
+    ("space before the colon", b"0\r\nX : v\r\n\r\n"),
+    ("tab before the colon", b"0\r\nX\t: v\r\n\r\n"),
+    ("space in a name", b"0\r\nX Y: v\r\n\r\n"),
+    ("separator in a name", b"0\r\nX(Y): v\r\n\r\n"),
+    ("obs-fold", b"0\r\nX: a\r\n b\r\n\r\n"),
+    ("obs-fold with a tab", b"0\r\nX: a\r\n\tb\r\n\r\n"),
+    ("whitespace before the first line", b"0\r\n X: v\r\n\r\n"),
+    ("request line", b"0\r\nGET /smuggled HTTP/1.1\r\n\r\n"),
+    (
+        "request with a host",
+        b"0\r\nGET /smuggled HTTP/1.1\r\nHost: h\r\n\r\n",
+    ),
+    ("bare LF ending a line", b"0\r\nX: 1\n\r\n"),
+    ("bare LF ending the section", b"0\r\nX: 1\r\n\n"),
+    ("bare CR in a value", b"0\r\nX: 1\rY\r\n\r\n"),
+    ("CR in a name", b"0\r\nX\r\n\r\n"),
+];
+
+#[test]
+fn malformed_trailers_are_rejected() {
+    for &(name, trailers) in BAD_TRAILERS {
+        let input = [&b"3\r\nabc\r\n"[..], trailers].concat();
+        match decode3(BodyKind::Chunked, &input) {
+            Err(err) => assert_eq!(err.status, 400, "{name}: {err:?}"),
+            Ok(got) => panic!("{name}: expected 400, got {got:?}"),
+        }
+    }
+}
+
+/// A bad trailer in the second of three pipelined requests: the first is decoded, the error
+/// stops the stream at the second, and the third is never reached.
+#[test]
+fn bad_trailers_stop_a_pipelined_stream() {
+    let limits = Limits::default();
+    for &(name, trailers) in BAD_TRAILERS {
+        let mut buf = [
+            &b"POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nT: 1\r\n\r\n"[..],
+            b"POST /b HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n",
+            trailers,
+            NEXT,
+        ]
+        .concat();
+        let mut head = Head::default();
+        let mut at = 0;
+        let mut bodies = Vec::new();
+        let error = loop {
+            assert_eq!(
+                parse_head(&mut buf[at..], &limits, &mut head),
+                Ok(true),
+                "{name}"
+            );
+            at += head.head_len;
+            let mut decoder = BodyDecoder::new(head.body, &limits);
+            let mut body = Vec::new();
+            let result = loop {
+                match decoder.decode(&buf[at..]) {
+                    Ok(d) => {
+                        body.extend_from_slice(&buf[at..][d.data.clone()]);
+                        at += d.consumed;
+                        if d.done || d.consumed == 0 {
+                            break Ok(d.done);
+                        }
+                    }
+                    Err(err) => break Err(err),
+                }
+            };
+            match result {
+                Ok(true) => bodies.push(body),
+                Ok(false) => panic!("{name}: incomplete"),
+                Err(err) => break err,
+            }
+        };
+        assert_eq!(
+            (bodies, error.status),
+            (vec![b"ok".to_vec()], 400),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn well_formed_trailers_are_accepted_and_discarded() {
+    let cases: &[(&str, &[u8])] = &[
+        ("one field", b"0\r\nX-Checksum: 1\r\n\r\n"),
+        ("empty value", b"0\r\nX:\r\n\r\n"),
+        ("no space after the colon", b"0\r\nX:v\r\n\r\n"),
+        (
+            "spaces and tabs around the value",
+            b"0\r\nX: \t v w \t\r\n\r\n",
+        ),
+        ("colon in the value", b"0\r\nX: a:b: c\r\n\r\n"),
+        (
+            "every token character",
+            b"0\r\n!#$%&'*+-.^_`|~09AZaz: v\r\n\r\n",
+        ),
+        ("visible ASCII", b"0\r\nX: !\"#()<>@[]{}\\/?=~\r\n\r\n"),
+        ("obs-text", b"0\r\nX: caf\xe9 \xff\x80\r\n\r\n"),
+        ("several fields", b"0\r\nA: 1\r\nB: 2\r\nA: 3\r\n\r\n"),
+    ];
+    for &(name, trailers) in cases {
+        let input = [&b"3\r\nabc\r\n"[..], trailers].concat();
+        let got = decode3(BodyKind::Chunked, &input).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let want = Outcome {
+            body: b"abc".to_vec(),
+            consumed: input.len(),
+            done: true,
+        };
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+#[test]
+fn trailers_get_the_head_limits_at_the_same_byte_however_split() {
+    let small = Limits {
+        max_head_bytes: 32,
+        max_headers: 2,
+        max_uri_bytes: 8,
+    };
+    // The section is what follows "0\r\n", its final empty line included.
+    let at_size = b"0\r\nX: 0123456789012345678901234\r\n\r\n";
+    assert_eq!(at_size.len() - 3, 32);
+    let over_size = b"0\r\nX: 01234567890123456789012345\r\n\r\n";
+    assert_eq!(over_size.len() - 3, 33);
+    let cases: &[(&str, &[u8], Option<u16>)] = &[
+        ("section at the size limit", at_size, None),
+        ("section one byte over", over_size, Some(431)),
+        ("fields at the limit", b"0\r\nA: 1\r\nB: 2\r\n\r\n", None),
+        (
+            "one field too many",
+            b"0\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n",
+            Some(431),
+        ),
+        // An endless line is cut at the limit: byte 33 of the section.
+        (
+            "endless value",
+            b"0\r\nX: 0123456789012345678901234567890123456789",
+            Some(431),
+        ),
+        // An error before the limit wins over it.
+        (
+            "bad byte before the size limit",
+            b"0\r\nX: 0\x0012345678901234567890123456789\r\n\r\n",
+            Some(400),
+        ),
+        (
+            "bad third line",
+            b"0\r\nA: 1\r\nB: 2\r\nC : 3\r\n\r\n",
+            Some(400),
+        ),
+    ];
+    for &(name, input, status) in cases {
+        match (decode3_with(BodyKind::Chunked, &small, input), status) {
+            (Ok(got), None) => assert!(got.done, "{name}: {got:?}"),
+            (Err(err), Some(status)) => assert_eq!(err.status, status, "{name}: {err:?}"),
+            (got, _) => panic!("{name}: expected {status:?}, got {got:?}"),
+        }
+    }
+    let mut decoder = BodyDecoder::new(BodyKind::Chunked, &small);
+    let err = decoder.decode(over_size).unwrap_err();
+    assert!(err.reason.contains("--limit-header-size"), "{err:?}");
+    let mut decoder = BodyDecoder::new(BodyKind::Chunked, &small);
+    let err = decoder
+        .decode(b"0\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n")
+        .unwrap_err();
+    assert!(err.reason.contains("--limit-headers"), "{err:?}");
+}
+
+/// The trailer rules are the head's: on random trailer sections (CRLF line ends; the head
+/// allows bare LF, the chunked framing does not), the decoder accepts exactly what `httparse`
+/// accepts as a header section, and ends where it ends.
+#[test]
+fn trailer_rules_agree_with_the_head_parser() {
+    const ALPHABET: &[u8] = b"Xy-9!~:: \t\t\0\x01\x7f\x80\xff\r\n\"(;";
+    let mut rng = crate::test_rng::Rng(0x7a11_e125_5eed_0001);
+    let mut outcomes = [0usize; 2];
+    for _ in 0..20_000 {
+        let mut section = Vec::new();
+        for _ in 0..rng.below(4) {
+            let len = rng.below(10);
+            section.extend((0..len).map(|_| ALPHABET[rng.below(ALPHABET.len())]));
+            section.extend_from_slice(b"\r\n");
+        }
+        section.extend_from_slice(b"\r\n");
+        let bare_lf = section
+            .iter()
+            .enumerate()
+            .any(|(i, &b)| b == b'\n' && (i == 0 || section[i - 1] != b'\r'));
+        if bare_lf {
+            continue;
+        }
+        let mut slots = [httparse::EMPTY_HEADER; 16];
+        let want = match httparse::parse_headers(&section, &mut slots) {
+            Ok(httparse::Status::Complete((n, _))) => Some(n),
+            Ok(httparse::Status::Partial) => None,
+            Err(_) => Some(usize::MAX),
+        };
+        let input = [&b"0\r\n"[..], &section].concat();
+        let got = match feed(
+            BodyKind::Chunked,
+            &Limits::default(),
+            std::iter::once(&input[..]),
+        ) {
+            Ok(out) if out.done => Some(out.consumed - 3),
+            Ok(_) => None,
+            Err(err) => {
+                assert_eq!(err.status, 400, "{err:?}");
+                Some(usize::MAX)
+            }
+        };
+        assert_eq!(got, want, "{:?}", String::from_utf8_lossy(&section));
+        outcomes[usize::from(want == Some(usize::MAX))] += 1;
+    }
+    // Both verdicts are common.
+    assert!(outcomes.iter().all(|&n| n > 2000), "{outcomes:?}");
 }

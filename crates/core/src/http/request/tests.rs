@@ -397,7 +397,10 @@ const REJECTIONS: &[(&str, &[u8], u16)] = &[
     ("missing version", b"GET /\r\n\r\n", 400),
     ("junk after version", b"GET / HTTP/1.1x\r\n\r\n", 400),
     ("HTTP/2.0", b"GET / HTTP/2.0\r\n\r\n", 505),
-    ("HTTP/1.2", b"GET / HTTP/1.2\r\n\r\n", 505),
+    ("HTTP/1.2 without a host, as HTTP/1.1", b"GET / HTTP/1.2\r\n\r\n", 400),
+    ("HTTP/1.20", b"GET / HTTP/1.20\r\nHost: h\r\n\r\n", 400),
+    ("HTTP/1.2x", b"GET / HTTP/1.2x\r\nHost: h\r\n\r\n", 400),
+    ("HTTP/2.1", b"GET / HTTP/2.1\r\nHost: h\r\n\r\n", 505),
     ("HTTP/0.9", b"GET / HTTP/0.9\r\n\r\n", 505),
     ("HTTP/3", b"GET / HTTP/3\r\n\r\n", 505),
     (
@@ -507,6 +510,38 @@ const REJECTIONS: &[(&str, &[u8], u16)] = &[
         501,
     ),
 ];
+
+/// RFC 9112 §2.3: a request with a higher HTTP/1 minor version is served as HTTP/1.1, the
+/// highest this server speaks (with its rules: keep-alive by default, `Host` required).
+#[test]
+fn higher_http1_minor_versions_are_served_as_http11() {
+    let cases: &[(&[u8], bool)] = &[
+        (b"GET /a?q HTTP/1.2\r\nHost: h\r\n\r\n", true),
+        (b"GET / HTTP/1.9\r\nHost: h\r\n\r\n", true),
+        (
+            b"GET / HTTP/1.2\r\nHost: h\r\nConnection: close\r\n\r\n",
+            false,
+        ),
+        (
+            b"\r\nPOST / HTTP/1.3\r\nHost: h\r\nContent-Length: 3\r\n\r\n",
+            true,
+        ),
+    ];
+    for &(input, keep_alive) in cases {
+        let p = ok(input);
+        assert_eq!(p.version, Version::Http11, "{p:?}");
+        assert_eq!(p.keep_alive, keep_alive, "{p:?}");
+    }
+    let p = ok(b"GET /a?q HTTP/1.2\r\nHost: h\r\nX-Y: z\r\n\r\n");
+    assert_eq!((p.path.as_str(), p.query.as_str()), ("/a", "q"));
+    assert_eq!(p.headers[1], ("x-y".to_owned(), "z".to_owned()));
+    let p = ok(b"POST / HTTP/1.2\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n");
+    assert_eq!(p.body, Chunked);
+    // The line is still incomplete until its end arrives.
+    for input in [&b"GET / HTTP/1.2"[..], b"GET / HTTP/1.2\r\nHost: h\r\n"] {
+        assert_eq!(parse3(input, &Limits::default()), Ok(None));
+    }
+}
 
 #[test]
 fn rejections_carry_their_status() {

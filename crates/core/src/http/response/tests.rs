@@ -1,5 +1,5 @@
 use super::*;
-use crate::http::{BodyDecoder, BodyKind};
+use crate::http::{BodyDecoder, BodyKind, Limits};
 
 const V11: RequestInfo = RequestInfo {
     version: Version::Http11,
@@ -421,6 +421,37 @@ fn bad_heads_are_refused_and_leave_the_buffer_alone() {
         let err = encode_head(&mut out, V11, status, headers, None, &fields).unwrap_err();
         assert!(err.to_string().contains(names), "{err} should name {names}");
         assert_eq!(out, b"earlier response", "{err}");
+        // What the app controls is refused already at `http.response.start`, with the same
+        // error; the server's own fields are not the app's to check.
+        let early = check_response(status, headers.iter().copied());
+        if server.is_none() {
+            assert_eq!(early, Err(err), "{names}");
+        } else {
+            assert_eq!(early, Ok(()), "{names}");
+        }
+    }
+}
+
+#[test]
+fn heads_the_encoder_writes_pass_the_early_check() {
+    type Case<'a> = (u16, &'a [(&'a [u8], &'a [u8])]);
+    let cases: &[Case<'_>] = &[
+        (200, &[]),
+        (100, &[]),
+        (999, &[(b"X-Empty", b"")]),
+        (
+            200,
+            &[(b"Content-Length", b"5"), (b"content-length", b" 5 ")],
+        ),
+        (200, &[(b"Transfer-Encoding", b"gzip, chunked")]),
+        (200, &[(b"X-Text", b"caf\xe9 \t\x7f \x01 \xff")]),
+        (204, &[(b"!#$%&'*+-.^_`|~", b"v")]),
+    ];
+    for &(status, headers) in cases {
+        assert_eq!(check_response(status, headers.iter().copied()), Ok(()));
+        let mut out = Vec::new();
+        let fields = ServerFields::default();
+        assert!(encode_head(&mut out, V11, status, headers, None, &fields).is_ok());
     }
 }
 
@@ -469,7 +500,7 @@ fn encoded_chunks_decode_back() {
     }
     encode_last_chunk(&mut wire, &[(b"T", b"v")]).unwrap();
     wire.extend_from_slice(b"NEXT");
-    let mut decoder = BodyDecoder::new(BodyKind::Chunked);
+    let mut decoder = BodyDecoder::new(BodyKind::Chunked, &Limits::default());
     let (mut at, mut body) = (0, Vec::new());
     while !decoder.is_done() {
         let d = decoder.decode(&wire[at..]).unwrap();

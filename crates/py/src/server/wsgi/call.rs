@@ -9,6 +9,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
+use ferroloop_core::http::check_response;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
@@ -68,8 +69,8 @@ impl Part {
     fn send(self, conn: &Bound<'_, Conn>, seq: u64) -> PyResult<Py<PyAny>> {
         match self {
             Self::Start(status, headers) => {
-                Conn::send_http(conn, seq, "http.response.start", |_, _, _, st, _| {
-                    start_head(st, status, Some(headers.into_any()), false).map(|()| false)
+                Conn::send_http(conn, seq, "http.response.start", |py, _, _, st, _| {
+                    start_head(st, status, Some(headers.bind(py).as_any()), false).map(|()| false)
                 })
             }
             Self::Body(data, more) => {
@@ -402,7 +403,7 @@ impl WsgiCall {
             }
         }
         let code = parse_status(status)?;
-        let (list, framed) = encode_headers(py, headers)?;
+        let (list, framed) = encode_headers(py, code, headers)?;
         let mut head = this.head();
         head.status = Some(code);
         head.headers = Some(list.unbind());
@@ -468,15 +469,19 @@ fn parse_status(status: &Bound<'_, PyAny>) -> PyResult<u16> {
 }
 
 /// The app's `[(str, str)]` headers as `[(bytes, bytes)]` (latin-1, PEP 3333), and whether
-/// they frame the body themselves (`Content-Length` or `Transfer-Encoding`).
+/// they frame the body themselves (`Content-Length` or `Transfer-Encoding`). A head the server
+/// could not write (a name that is not a token, a value with CR, LF or NUL, a bad
+/// `Content-Length`) is refused here, in the app's call, as `http.response.start` refuses it.
 fn encode_headers<'py>(
     py: Python<'py>,
+    status: u16,
     headers: &Bound<'py, PyAny>,
 ) -> PyResult<(Bound<'py, PyList>, bool)> {
     let list = headers.cast::<PyList>().map_err(|_| {
         PyTypeError::new_err("start_response() headers must be a list of (name, value) tuples")
     })?;
     let out = PyList::empty(py);
+    let mut held = Vec::with_capacity(list.len());
     let mut framed = false;
     for item in list.iter() {
         let pair = item.cast::<PyTuple>().map_err(|_| {
@@ -492,7 +497,15 @@ fn encode_headers<'py>(
         let n = name.as_bytes();
         framed |= n.eq_ignore_ascii_case(b"content-length")
             || n.eq_ignore_ascii_case(b"transfer-encoding");
-        out.append((name, value))?;
+        held.push((name, value));
+    }
+    check_response(
+        status,
+        held.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())),
+    )
+    .map_err(|e| PyValueError::new_err(format!("start_response(): invalid response: {e}")))?;
+    for pair in held {
+        out.append(pair)?;
     }
     Ok((out, framed))
 }
