@@ -19,6 +19,7 @@
 
 mod conn;
 mod cycle;
+mod drain;
 mod receive;
 mod respond;
 mod scope;
@@ -383,10 +384,19 @@ impl HttpServer {
         Self::schedule_sweep(slf)
     }
 
-    /// Stops accepting; existing connections go on.
+    /// Stops accepting; existing connections go on. Connections the kernel has already
+    /// completed are accepted first: once the caller closes the listening socket, the kernel
+    /// would reset them, after their client saw the connection succeed.
     fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
+        let accepting = {
+            let st = this.state.borrow(py)?;
+            st.listening && st.accept_retry.is_none()
+        };
+        if accepting {
+            Self::__call__(slf)?;
+        }
         let (was, retry) = {
             let mut st = this.state.borrow(py)?;
             (
@@ -404,19 +414,31 @@ impl HttpServer {
         Ok(())
     }
 
-    /// No new requests: idle connections close now, busy ones after their current response.
+    /// The graceful drain (`drain.rs`): every response from now on says `connection: close`
+    /// and ends its connection; an idle connection is closed once it has been quiet for
+    /// `DRAIN_QUIET` (a request that arrives first is served); a busy one after its response.
     fn shutdown(slf: &Bound<'_, Self>) -> PyResult<()> {
         Self::close(slf)?;
         let py = slf.py();
-        let conns: Vec<Py<Conn>> = {
+        let (conns, sweep) = {
             let mut st = slf.get().state.borrow(py)?;
             st.shutting_down = true;
-            st.conns.values().map(|c| c.clone_ref(py)).collect()
+            (
+                st.conns
+                    .values()
+                    .map(|c| c.clone_ref(py))
+                    .collect::<Vec<_>>(),
+                st.sweep.take(),
+            )
         };
         for conn in conns {
             Conn::shutdown(conn.bind(py))?;
         }
-        Ok(())
+        // The sweep closes the quiet connections: from now on every `DRAIN_SWEEP` seconds.
+        if let Some(timer) = sweep {
+            timer.bind(py).call_method0(intern!(py, "cancel"))?;
+        }
+        Self::schedule_sweep(slf)
     }
 
     /// Closes every connection now and cancels the running app tasks.
@@ -761,7 +783,11 @@ impl HttpServer {
             }
         }
         let shortest = this.opts.timeout_keep_alive.min(this.opts.timeout_header);
-        let interval = (shortest / 4.0).clamp(0.05, 1.0);
+        let interval = if this.shutting_down(py) {
+            drain::DRAIN_SWEEP
+        } else {
+            (shortest / 4.0).clamp(0.05, 1.0)
+        };
         let timer = Self::call_later(slf, interval, intern!(py, "_sweep"))?;
         this.state.borrow(py)?.sweep = Some(timer);
         Ok(())
