@@ -1,5 +1,6 @@
 """Graceful shutdown on SIGTERM: in-flight requests finish, idle keep-alive connections are
-closed, no new connection is served, and the process exits cleanly."""
+closed (after answering a request that reaches them first), every response says Connection:
+close, no new connection is served (connects are refused), and the process exits cleanly."""
 
 from __future__ import annotations
 
