@@ -23,6 +23,9 @@ Fixtures:
   test may stop or signal itself; stopped (if still running) at the end of the test.
 * ``connect(server, rcvbuf=None, sndbuf=None)``: a ``RawConnection`` (socket with a timeout and
   a full HTTP/1.1 response reader) to a server; closed at the end of the test.
+* ``drain_under_load(port, stop, ...)``: keep-alive and new-connection clients load a server,
+  ``stop()`` signals it, and every request's outcome is checked against the graceful-drain
+  contract (docs/server.md, "Graceful shutdown").
 
 Every socket read has a timeout (``IO_TIMEOUT``), so a server that never answers fails the
 test instead of hanging it. Tests assert behaviour (bytes, statuses, exit codes), never timing:
@@ -32,11 +35,14 @@ the timeouts here only bound how long a test waits for something that must happe
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -586,3 +592,130 @@ def process_gone(pid: int) -> bool:
 def is_gone() -> Callable[[int], bool]:
     """``is_gone(pid)``: the process has exited (reaped or a zombie)."""
     return process_gone
+
+
+# --------------------------------------------------------------------------- graceful drain
+
+
+# A response the client receives later than this after the stop signal was sent was written
+# after the server got the signal (its handler runs at the next loop iteration).
+SIGNAL_SLACK = 0.15
+
+
+@dataclass
+class Outcome:
+    """One request of ``drain_under_load``'s clients, as the client saw it."""
+
+    keep_alive: bool  # the client reuses its connection (else: a new connection per request)
+    fresh: bool  # the request opened a new connection
+    sent: float  # time.monotonic() when the request (its connect included) began
+    done: float
+    result: str  # "ok" (a complete response), "refused" (connect refused), or "lost: <error>"
+    connection: str | None = None  # the response's Connection header
+
+    def describe(self, stopped: float) -> str:
+        kind = "keep-alive" if self.keep_alive else "new-connection"
+        where = "new connection" if self.fresh else "reused connection"
+        return (
+            f"{kind} client, {where}: sent at {self.sent - stopped:+.3f} s, "
+            f"{self.result} at {self.done - stopped:+.3f} s (connection: {self.connection})"
+        )
+
+
+def run_drain_load(
+    port: int,
+    stop: Callable[[], None],
+    keep_alive: int = 25,
+    new_connection: int = 25,
+    app_seconds: float = 0.5,
+    load_seconds: float = 1.0,
+) -> tuple[float, list[Outcome]]:
+    """Clients call ``/sleep?s=app_seconds`` on 127.0.0.1:``port`` in a loop, each starting at
+    a random point of the first ``app_seconds``: ``keep_alive`` of them reuse their connection
+    (a new one after a ``Connection: close`` response or an error), ``new_connection`` of them
+    open one per request. After ``load_seconds``, ``stop()`` (a signal to the server); each
+    client goes on until a connect is refused. Returns the time of ``stop()`` and every
+    request's outcome. ``http.client`` is the client: it never retries, so a request the
+    server drops shows as lost."""
+    outcomes: list[Outcome] = []
+    lock = threading.Lock()
+    give_up = time.monotonic() + load_seconds + 3 * app_seconds + STOP_TIMEOUT
+
+    def client(reuse: bool) -> None:
+        time.sleep(random.random() * app_seconds)
+        connection: http.client.HTTPConnection | None = None
+        while time.monotonic() < give_up:
+            if connection is None:
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=IO_TIMEOUT)
+            fresh = connection.sock is None
+            sent = time.monotonic()
+            header = None
+            try:
+                connection.request("GET", f"/sleep?s={app_seconds}")
+                response = connection.getresponse()
+                response.read()
+                result, header = "ok", response.getheader("connection")
+            except ConnectionRefusedError:
+                result = "refused"
+            except (OSError, http.client.HTTPException) as exc:
+                result = f"lost: {type(exc).__name__}: {exc}"
+            with lock:
+                outcomes.append(Outcome(reuse, fresh, sent, time.monotonic(), result, header))
+            if result == "refused":
+                return
+            if result != "ok" or not reuse:
+                connection.close()
+                connection = None
+
+    threads = [
+        threading.Thread(target=client, args=(i < keep_alive,), daemon=True)
+        for i in range(keep_alive + new_connection)
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(load_seconds)
+    stopped = time.monotonic()
+    stop()
+    for thread in threads:
+        thread.join(max(0.0, give_up - time.monotonic()) + 1)
+    assert not any(t.is_alive() for t in threads), "a client never saw its connect refused"
+    return stopped, sorted(outcomes, key=lambda o: o.sent)
+
+
+def assert_drained(stopped: float, outcomes: list[Outcome], clients: int) -> None:
+    """The graceful-drain contract, as ``drain_under_load``'s clients saw it."""
+    report = "\n".join(o.describe(stopped) for o in outcomes)
+    lost = [o for o in outcomes if o.result not in ("ok", "refused")]
+    assert not lost, f"{len(lost)} request(s) lost:\n" + "\n".join(
+        o.describe(stopped) for o in lost
+    )
+    refused = [o for o in outcomes if o.result == "refused"]
+    assert len(refused) == clients, f"every client ends refused\n{report}"
+    # Once a connect was refused the socket is closed for good: no later connection served.
+    first_refusal = min(o.sent for o in refused)
+    late = [o for o in outcomes if o.result == "ok" and o.fresh and o.sent > first_refusal]
+    assert not late, "a connection made after one was refused was served:\n" + "\n".join(
+        o.describe(stopped) for o in late
+    )
+    after = [o for o in outcomes if o.result == "ok" and o.done > stopped + SIGNAL_SLACK]
+    keeping = [o for o in after if (o.connection or "").lower() != "close"]
+    assert not keeping, "responses after the stop signal without Connection: close:\n" + (
+        "\n".join(o.describe(stopped) for o in keeping)
+    )
+    in_flight = [o for o in outcomes if o.result == "ok" and o.sent < stopped < o.done]
+    assert len(in_flight) >= clients // 2, f"too few requests in flight at the signal\n{report}"
+
+
+@pytest.fixture
+def drain_under_load() -> Callable[..., list[Outcome]]:
+    """``drain_under_load(port, stop, keep_alive=25, new_connection=25, app_seconds=0.5,
+    load_seconds=1.0)``: runs ``run_drain_load`` and asserts the graceful-drain contract
+    (``assert_drained``); returns the outcomes."""
+
+    def drain(port: int, stop: Callable[[], None], **options: float) -> list[Outcome]:
+        stopped, outcomes = run_drain_load(port, stop, **options)  # type: ignore[arg-type]
+        clients = int(options.get("keep_alive", 25)) + int(options.get("new_connection", 25))
+        assert_drained(stopped, outcomes, clients)
+        return outcomes
+
+    return drain

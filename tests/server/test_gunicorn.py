@@ -191,6 +191,14 @@ def test_sigterm_lets_an_in_flight_request_finish(gunicorn, tmp_path):
     assert g.proc.wait(timeout=20) == 0
 
 
+def test_sigterm_under_load_loses_no_request(gunicorn, drain_under_load):
+    # The drain contract of docs/server.md in each worker: gunicorn's master closes its copy of
+    # the listening socket before it signals the workers, and each worker closes its own.
+    g = gunicorn("-w", "2", "--graceful-timeout", "5")
+    drain_under_load(g.port, lambda: g.proc.send_signal(signal.SIGTERM))
+    assert g.proc.wait(timeout=20) == 0
+
+
 def _tls_files(tmp_path: Path) -> tuple[Any, Path, Path]:
     trustme = pytest.importorskip("trustme")
     ca = trustme.CA()

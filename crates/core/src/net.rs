@@ -95,6 +95,12 @@ pub fn send(fd: RawFd, data: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// Shuts the write side (`SHUT_WR`): the peer reads end of stream after what was sent.
+pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
+    // SAFETY: shutdown on a socket fd the caller owns; no memory is passed.
+    cvt(unsafe { libc::shutdown(fd, libc::SHUT_WR) }).map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

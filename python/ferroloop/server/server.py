@@ -7,15 +7,17 @@ Life of ``serve()``, in order (each step logged on ``ferroloop.error`` as uvicor
    supervisor). Binding first means a port conflict fails before the app's start-up runs.
 3. Lifespan start-up; a failure exits with status 3.
 4. One native ``HttpServer`` per listening socket; ``started`` becomes true.
-5. Tick every 0.1 s until ``should_exit`` (SIGINT/SIGTERM, or set by the embedding program) or
-   until ``limit_max_requests`` responses have been sent.
-6. Graceful shutdown: stop accepting (``HttpServer.close``), close the listening sockets (and
-   unlink the Unix socket), ``HttpServer.shutdown`` (idle keep-alive connections close at
-   once, busy ones after their current response), wait until no connection and no app task
-   (background work after a response) is left, at most
-   ``timeout_graceful_shutdown`` seconds (``None``: no limit) and only until ``force_exit`` (a
-   second SIGINT); then ``HttpServer.abort`` for whatever is left; then lifespan shutdown
-   (skipped on a forced exit).
+5. Tick every 0.1 s until ``should_exit`` (SIGINT/SIGTERM, which also wake the tick at once,
+   or set by the embedding program) or until ``limit_max_requests`` responses have been sent.
+6. Graceful shutdown: stop accepting (``HttpServer.close``, which first accepts the connections
+   the kernel has already completed), close the listening sockets (and unlink the Unix socket)
+   so that new connections are refused, ``HttpServer.shutdown`` (the drain, see
+   ``crates/py/src/server/drain.rs``: every response says ``Connection: close`` and ends its
+   connection; an idle one is closed once quiet for 0.5 s, a request arriving first is
+   served), wait until no connection and no app task (background work after a response) is
+   left, at most ``timeout_graceful_shutdown`` seconds (``None``: no limit) and only until
+   ``force_exit`` (a second SIGINT); then ``HttpServer.abort`` for whatever is left (logged);
+   then lifespan shutdown (skipped on a forced exit).
 
 The native ``HttpServer`` is created and started only in ``_start_http_servers``; tests put a
 fake in ``http_server_class``. Its surface used here: ``start``, ``close``, ``shutdown``,
@@ -46,7 +48,6 @@ logger = logging.getLogger("ferroloop.error")
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 TICK = 0.1
 WSGI_THREAD_JOIN = 1.0  # seconds to wait for each WSGI thread once the pool is closed
-SHUTDOWN_GRACE = 0.1  # seconds between stop-accepting and closing idle connections
 
 
 def native_http_server_class() -> type:
@@ -90,6 +91,7 @@ class Server:
             config.limit_max_requests, config.max_requests_jitter
         )
         self._owns_sockets = False
+        self._wakeup: asyncio.Event | None = None  # set by a signal: the tick ends at once
         self.wsgi_pool: Any = None
         self._wsgi_threads: list[threading.Thread] = []
 
@@ -244,6 +246,7 @@ class Server:
     async def main_loop(self) -> None:
         loop = asyncio.get_running_loop()
         last_notified: float | None = None
+        self._wakeup = asyncio.Event()
         while True:
             # uvicorn's heartbeat for process managers (gunicorn's worker): `callback_notify`
             # at start-up and then every `timeout_notify` seconds while the server runs.
@@ -255,7 +258,8 @@ class Server:
                     await notify()
             if self.on_tick():
                 return
-            await asyncio.sleep(TICK)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), TICK)
 
     def on_tick(self) -> bool:
         """True when the server should stop."""
@@ -271,14 +275,15 @@ class Server:
 
     async def shutdown(self, sockets: Sequence[socket.socket] = ()) -> None:
         logger.info("Shutting down")
+        # Accept what the kernel has already completed, stop accepting, then close the
+        # listeners: from here new connections are refused (in this process; a worker's
+        # supervisor closes its own copy, see supervisor.py).
         for srv in self.servers:
             srv.close()
         self._close_listeners(sockets)
-        # A connection accepted just before close() may have its request in the socket buffer,
-        # not yet read; shutdown() would take it for idle and close it unanswered. One tick lets
-        # the loop read those requests first (the client of a closed connection sees an empty
-        # reply: measured 10 in 600 under worker restarts without this pause).
-        await asyncio.sleep(SHUTDOWN_GRACE)
+        # The drain: a connection idle when it starts, or accepted just now, is closed only
+        # once quiet for 0.5 s, so a request already on its way is served (with `Connection:
+        # close`) rather than met by a close the client cannot tell from a lost request.
         for srv in self.servers:
             srv.shutdown()
 
@@ -347,3 +352,5 @@ class Server:
             self.force_exit = True
         else:
             self.should_exit = True
+        if self._wakeup is not None:
+            self._wakeup.set()

@@ -24,8 +24,18 @@ request) still answers: only a process that is stopped or holds the GIL that lon
 The checks run while the parent supervises, not during a shutdown.
 
 Signals to the parent: SIGINT or SIGTERM → SIGTERM to every worker (each shuts down gracefully),
-wait for all, exit. A second SIGINT → SIGINT to the workers (forced exit). SIGHUP → replace every
-worker (graceful, the socket stays open).
+close the parent's copy of the listening sockets, wait for all, exit. A second SIGINT → SIGINT
+to the workers (forced exit). SIGHUP → replace every worker (graceful, the socket stays open).
+
+Why the parent closes its copy then: a listening socket is closed only when its last
+descriptor is. Each worker, once it stops accepting, accepts what the kernel has already
+completed and closes its copy (``Server.shutdown``); if the parent still held one, the kernel
+would go on completing connections that nobody accepts, and reset them all when the parent
+exits (measured: every client that connected after SIGTERM, 50 of 50, saw its accepted
+connection reset). With the parent's copy gone, the last worker to stop closes the socket and
+later connections are refused, which a client or load balancer can retry elsewhere. Not on
+SIGHUP or a worker's ``--limit-max-requests`` exit: the new workers need the socket, and
+connections wait in the backlog meanwhile.
 """
 
 from __future__ import annotations
@@ -421,6 +431,10 @@ class Supervisor:
         for pid in list(self.workers):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
+        # No worker will be started again: the workers' copies keep the socket listening until
+        # each has stopped accepting (see the module docstring).
+        for sock in self.sockets or ():
+            sock.close()
         if self.workers:
             logger.info("Waiting for %d worker process(es) to finish.", len(self.workers))
         while self.workers:

@@ -378,6 +378,13 @@ async def gc_counts(scope: Any, receive: Any, send: Any) -> None:
     await _json(send, [generation["collections"] for generation in gc.get_stats()])
 
 
+async def sleep(scope: Any, receive: Any, send: Any) -> None:
+    """Answer after ``?s=`` seconds (0.5 by default) of asyncio.sleep: a request that is in
+    flight for a known time without blocking the loop."""
+    await asyncio.sleep(float(_query(scope).get("s", "0.5")))
+    await _respond(send, f"slept {os.getpid()}".encode())
+
+
 async def pid(scope: Any, receive: Any, send: Any) -> None:
     await _json(send, {"pid": os.getpid(), "ppid": os.getppid()})
 
@@ -566,6 +573,7 @@ ROUTES = {
     "/release": release,
     "/slow": slow,
     "/pid": pid,
+    "/sleep": sleep,
     "/block": block,
     "/linger": linger,
     "/gc-counts": gc_counts,

@@ -27,8 +27,9 @@
 //!   it: the kernel closes them with the worker, and each client sees its connection close.
 //! - Draining: the listeners close at once (new connections are refused by the kernel);
 //!   heads already read or arriving are still dispatched, marked [`CLOSE_AFTER`]; an idle
-//!   connection with nothing read is closed. The front returns when nothing is left or at the
-//!   drain deadline, and its return closes the channels, which tells the workers.
+//!   connection is closed, write side first, once it has been quiet for [`DRAIN_QUIET`]. The
+//!   front returns when nothing is left or at the drain deadline, and its return closes the
+//!   channels, which tells the workers.
 
 mod dispatch;
 
@@ -51,16 +52,26 @@ pub const CLOSE_AFTER: u8 = 1;
 pub const DONE_CLOSED: u8 = 0;
 /// `detail` of a `Done`: the worker keeps the connection for good (a WebSocket).
 pub const DONE_KEPT: u8 = 1;
-/// The token of a worker's `Done` that says it is shutting down: it gets nothing new, and the
-/// front closes its channel once every request handed to it is back.
+/// The token of a `Done` that is a notice, not about a request. From a worker (`LEAVING`): it
+/// is shutting down, gets nothing new, and the front closes its channel once every request
+/// handed to it is back. From the front (`DRAINING`): it drains, so every response the worker
+/// writes from now on says `Connection: close`.
 pub const LEAVING: u64 = 0;
+/// See [`LEAVING`].
+pub const DRAINING: u64 = 0;
 
+/// Seconds an idle connection is kept open once the front drains, counted from when it
+/// became idle, for a request its client may already be sending (the same rule and measurement
+/// as the workers' own drain, `crates/py/src/server/drain.rs`).
+pub const DRAIN_QUIET: f64 = 0.5;
+/// How long a connection closed by the drain reads and discards before closing for good.
+pub const DRAIN_LINGER: f64 = 0.5;
 /// Bytes asked of each read of an idle connection.
 const READ_CHUNK: usize = 64 * 1024;
 /// Seconds the listeners rest after `accept` failed for want of fds or memory.
 const ACCEPT_PAUSE: f64 = 1.0;
-/// How often deadlines are checked.
-const SWEEP: Duration = Duration::from_millis(100);
+/// How often deadlines are checked (quiet connections found while draining).
+const SWEEP: Duration = Duration::from_millis(50);
 
 /// Poller tokens: the control socket, listeners, workers' channels and idle connections.
 const CONTROL: u64 = 0;
@@ -109,7 +120,7 @@ impl Worker {
 }
 
 /// A connection the front holds: no request of it is with a worker.
-struct Idle {
+struct Held {
     fd: OwnedFd,
     listener: u8,
     peer: Peer,
@@ -118,6 +129,11 @@ struct Idle {
     deadline: f64,
     /// The deadline is the header timeout (part of a head has arrived).
     header_clock: bool,
+    /// When it became idle (accepted, or given back after a response).
+    idle_since: f64,
+    /// Draining closed its write side: what arrives is read and dropped until the client
+    /// closes or `deadline`.
+    lingering: bool,
 }
 
 /// Counts for the log line at the end and for tests.
@@ -136,9 +152,9 @@ pub struct Front<'a> {
     control: Option<OwnedFd>,
     listeners: Vec<Option<OwnedFd>>,
     workers: Vec<Worker>,
-    conns: Vec<Option<Idle>>,
+    conns: Vec<Option<Held>>,
     free: Vec<usize>,
-    pending: VecDeque<(Idle, bool)>,
+    pending: VecDeque<(Held, bool)>,
     next_token: u64,
     cursor: usize,
     head: Head,
@@ -283,25 +299,34 @@ impl<'a> Front<'a> {
             leaving: false,
         });
         // Requests that waited for a worker go now, in arrival order.
-        let waiting: Vec<(Idle, bool)> = self.pending.drain(..).collect();
+        let waiting: Vec<(Held, bool)> = self.pending.drain(..).collect();
         for (conn, bulk) in waiting {
             self.hand(conn, bulk);
         }
     }
 
     /// Stops accepting; what was read is still served; returns by `deadline` at the latest.
+    /// An idle connection stays open until it has been quiet for [`DRAIN_QUIET`] (a request
+    /// its client sends meanwhile is served, with `Connection: close`), then its write side
+    /// is shut and it lingers up to [`DRAIN_LINGER`]: a request that crosses our FIN is never
+    /// started, so its client may safely send it again elsewhere.
     pub fn drain(&mut self, deadline: f64) {
         self.draining = Some(deadline);
         for l in self.listeners.iter_mut().filter_map(Option::take) {
             let _ = self.poller.delete(l.as_raw_fd());
         }
-        // Idle connections: a request already sent is read and served; the others close.
+        // Responses to requests already with workers say `Connection: close` too.
+        let mut ids = Vec::with_capacity(self.workers.len());
+        for worker in &mut self.workers {
+            worker.out.push(Message::done(DRAINING, 0));
+            ids.push(worker.id);
+        }
+        for id in ids {
+            self.flush_worker(id);
+        }
         for slot in 0..self.conns.len() {
             if self.conns[slot].is_some() {
                 self.on_conn(slot);
-            }
-            if self.conns[slot].as_ref().is_some_and(|c| c.buf.is_empty()) {
-                self.close(slot);
             }
         }
     }
@@ -331,7 +356,7 @@ impl<'a> Front<'a> {
             match net::accept(fd) {
                 Ok(Some((conn, peer))) => {
                     self.stats.accepted += 1;
-                    let idle = Idle {
+                    let idle = Held {
                         fd: conn,
                         listener: index as u8,
                         peer,
@@ -339,6 +364,8 @@ impl<'a> Front<'a> {
                         eof: false,
                         deadline: clock::monotonic() + self.config.timeout_header,
                         header_clock: true,
+                        idle_since: clock::monotonic(),
+                        lingering: false,
                     };
                     self.watch(idle);
                 }
@@ -360,7 +387,7 @@ impl<'a> Front<'a> {
     }
 
     /// Registers an idle connection; returns its slot.
-    fn watch(&mut self, idle: Idle) -> Option<usize> {
+    fn watch(&mut self, idle: Held) -> Option<usize> {
         let slot = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
@@ -389,6 +416,18 @@ impl<'a> Front<'a> {
         let Some(conn) = self.conns[slot].as_mut() else {
             return;
         };
+        if conn.lingering {
+            let mut sink = [0u8; 4096];
+            loop {
+                match net::recv(conn.fd.as_raw_fd(), &mut sink) {
+                    Ok(None) => return,
+                    Ok(Some(n)) if n > 0 => {}
+                    _ => break,
+                }
+            }
+            self.close(slot);
+            return;
+        }
         if !conn.eof {
             let start = conn.buf.len();
             conn.buf.resize(start + READ_CHUNK, 0);
@@ -439,7 +478,7 @@ impl<'a> Front<'a> {
     }
 
     /// Sends a connection whose head is whole to the worker the policy picks, or queues it.
-    fn hand(&mut self, conn: Idle, bulk: bool) {
+    fn hand(&mut self, conn: Held, bulk: bool) {
         let loads: Vec<Load> = self.workers.iter().map(Worker::load).collect();
         // With no general worker at all, bulk work goes wherever it can.
         let no_general = !loads.iter().any(|l| l.lane == Lane::General);
@@ -561,7 +600,7 @@ impl<'a> Front<'a> {
             return;
         };
         self.stats.returned += 1;
-        let idle = Idle {
+        let idle = Held {
             fd,
             listener,
             peer,
@@ -569,18 +608,15 @@ impl<'a> Front<'a> {
             eof: false,
             deadline: clock::monotonic() + self.config.timeout_keep_alive,
             header_clock: false,
+            idle_since: clock::monotonic(),
+            lingering: false,
         };
         let has_data = !idle.buf.is_empty();
         if let Some(slot) = self.watch(idle) {
             // Bytes of the next request may have come back with it; those still in the socket
             // make it readable (no read here just to find it empty, the usual case).
-            if has_data || self.draining.is_some() {
+            if has_data {
                 self.on_conn(slot);
-            }
-            if self.draining.is_some()
-                && self.conns[slot].as_ref().is_some_and(|c| c.buf.is_empty())
-            {
-                self.close(slot);
             }
         }
     }
@@ -598,7 +634,7 @@ impl<'a> Front<'a> {
                 .remove(&msg.token)
                 .is_some_and(|(bulk, _)| bulk);
             self.stats.dispatched -= 1;
-            let idle = Idle {
+            let idle = Held {
                 fd,
                 listener: msg.listener,
                 peer: msg.peer,
@@ -606,6 +642,8 @@ impl<'a> Front<'a> {
                 eof: false,
                 deadline: clock::monotonic() + self.config.timeout_header,
                 header_clock: true,
+                idle_since: clock::monotonic(),
+                lingering: false,
             };
             self.hand(idle, bulk);
         }
@@ -633,10 +671,19 @@ impl<'a> Front<'a> {
             }
         }
         for slot in 0..self.conns.len() {
-            let Some(conn) = self.conns[slot].as_ref() else {
+            let Some(conn) = self.conns[slot].as_mut() else {
                 continue;
             };
-            if now < conn.deadline {
+            let quiet = self.draining.is_some()
+                && !conn.lingering
+                && conn.buf.is_empty()
+                && now >= conn.idle_since + DRAIN_QUIET;
+            if quiet && net::shutdown_write(conn.fd.as_raw_fd()).is_ok() {
+                conn.lingering = true;
+                conn.deadline = conn.deadline.min(now + DRAIN_LINGER);
+                continue;
+            }
+            if now < conn.deadline && !quiet {
                 continue;
             }
             if conn.header_clock && !conn.buf.is_empty() {

@@ -247,6 +247,9 @@ fn draining_refuses_new_connections_and_serves_what_was_sent() {
     idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buf = [0u8; 16];
     assert_eq!(idle.read(&mut buf).unwrap_or(0), 0);
+    // The worker was told: its responses now say `Connection: close`.
+    let notice = worker.next();
+    assert_eq!((notice.kind, notice.token), (Kind::Done, DRAINING));
     // Half a head is waited for, then handed on marked "close after".
     half.write_all(b"Host: x\r\n\r\n").unwrap();
     let msg = worker.next();

@@ -134,6 +134,9 @@ pub(super) struct ConnState {
     pub(super) deadline: f64,
     /// The deadline is the header timeout (part of a head has arrived).
     pub(super) header_clock: bool,
+    /// When the connection last became `Idle` (accepted, or its last response complete): a
+    /// graceful shutdown closes it once it has been idle for `drain::DRAIN_QUIET`.
+    pub(super) idle_since: f64,
     /// The sequence number of the connection's WebSocket request, 0 if none: its cycle's
     /// `receive()`/`send()` take the WebSocket paths even after the request left `req`.
     pub(super) ws_seq: u64,
@@ -269,7 +272,8 @@ impl Conn {
         handoff: Option<Handoff>,
     ) -> PyResult<Py<Conn>> {
         let py = server.py();
-        let deadline = clock::monotonic() + server.get().opts().timeout_header;
+        let now = clock::monotonic();
+        let deadline = now + server.get().opts().timeout_header;
         let tls = match server.get().tls_config() {
             None => None,
             Some(config) => match TlsConn::new(config) {
@@ -302,6 +306,7 @@ impl Conn {
                     req: None,
                     deadline,
                     header_clock: true,
+                    idle_since: now,
                     ws_seq: 0,
                     tls,
                     handoff,
@@ -623,6 +628,15 @@ impl Conn {
                 }
                 let ws = match websocket::upgrade_step(py, server, st, fx) {
                     Upgrade::No => None,
+                    // A session would outlive the graceful shutdown (`drain.rs`).
+                    Upgrade::Yes(_) if server.shutting_down(py) => {
+                        let e = HttpError {
+                            status: 503,
+                            reason: "the server is shutting down",
+                        };
+                        Self::reject(py, server, st, fx, &e);
+                        return false;
+                    }
                     Upgrade::Yes(session) => Some(session),
                     Upgrade::Refused(_) => return false,
                 };
@@ -970,50 +984,23 @@ impl Conn {
         unregistered
     }
 
-    /// Server shutdown: an idle connection closes now, a busy one after its response. A request
-    /// that has already arrived (in our buffer or the socket's) is not lost: it is read and
-    /// served first, and the connection closes after its response.
-    pub(super) fn shutdown(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        let this = slf.get();
-        let pending = {
-            let mut st = this.state.borrow(py)?;
-            if st.phase == Phase::Busy && st.ws().is_some() {
-                let mut fx = Effects::default();
-                Self::ws_shutdown(py, &mut st, &mut fx)?;
-                drop(st);
-                return Self::apply(slf, fx);
-            }
-            // A handed-over connection goes back to the front instead (`hand_back`).
-            if st.phase != Phase::Idle || st.handoff.is_some() {
-                return Ok(());
-            }
-            if st.reading {
-                let failed = read_available(this.fd, &mut st);
-                st.eof |= failed;
-            }
-            st.rpos < st.rbuf.len()
-        };
-        if pending {
-            Self::advance(slf)
-        } else {
-            let mut fx = Effects::default();
-            close_when_written(&mut *this.state.borrow(py)?, &mut fx);
-            Self::apply(slf, fx)
-        }
-    }
-
-    /// The sweep: a connection past its deadline is closed (a partial head first gets 408).
+    /// The sweep: a connection past its deadline is closed (a partial head first gets 408); in
+    /// a graceful shutdown, an idle one also once it has been quiet for `DRAIN_QUIET`.
     pub(super) fn check_deadline(slf: &Bound<'_, Self>, now: f64) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
         let mut fx = Effects::default();
         {
             let mut st = this.state.borrow(py)?;
-            if st.deadline > now {
+            let draining = this.server.bind(py).get().shutting_down(py);
+            if st.deadline > now && !(draining && Self::drain_due(&st, now)) {
                 return Ok(());
             }
-            match st.phase {
+            let phase = st.phase;
+            match phase {
+                // Still writing its response to a client that does not read: the front never
+                // gets it back.
+                Phase::Idle if st.handoff.is_some() => fx.close = true,
                 Phase::Idle if st.rpos < st.rbuf.len() => {
                     let server = this.server.bind(py).get();
                     let e = HttpError {
@@ -1022,6 +1009,11 @@ impl Conn {
                     };
                     Self::reject(py, server, &mut st, &mut fx, &e);
                     st.deadline = now + LINGER;
+                }
+                // A graceful shutdown: closed write side first, unless a request has arrived.
+                Phase::Idle if draining => {
+                    drop(st);
+                    return Self::drain_quiet(slf, now);
                 }
                 // Under TLS an idle connection past its deadline (keep-alive, or a head that
                 // never started) still ends with close_notify, as asyncio's transports do;
@@ -1218,7 +1210,7 @@ pub(super) fn after_write(py: Python<'_>, st: &mut ConnState, fx: &mut Effects) 
 
 /// Reads what the socket has (bounded by `READ_HIGH` buffered); returns whether the read failed
 /// (a reset); sets `eof` on an orderly close.
-fn read_available(fd: RawFd, st: &mut ConnState) -> bool {
+pub(super) fn read_available(fd: RawFd, st: &mut ConnState) -> bool {
     if st.tls.is_some() {
         return read_available_tls(fd, st);
     }

@@ -16,7 +16,7 @@
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
-use ferroloop_core::front::CLOSE_AFTER;
+use ferroloop_core::front::{CLOSE_AFTER, DRAINING};
 use ferroloop_core::handoff::{ChannelIn, ChannelOut, Kind, Message, Peer};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyTuple};
@@ -43,6 +43,8 @@ pub(crate) struct Channel {
     writing: bool,
     /// Not yet at end of stream (the front is there).
     pub(super) open: bool,
+    /// The front drains: every response says `Connection: close`.
+    pub(super) draining: bool,
 }
 
 impl Channel {
@@ -73,6 +75,11 @@ impl HttpServer {
             match received {
                 Ok(None) => return Ok(()),
                 Ok(Some(msg)) if msg.kind == Kind::Conn => Self::adopt(slf, msg)?,
+                Ok(Some(msg)) if msg.kind == Kind::Done && msg.token == DRAINING => {
+                    if let Some(chan) = this.state.borrow(py)?.channel.as_mut() {
+                        chan.draining = true;
+                    }
+                }
                 Ok(Some(_)) => {}
                 Err(e) => {
                     if e.kind() != std::io::ErrorKind::UnexpectedEof {
@@ -189,6 +196,14 @@ impl HttpServer {
             }
         }
         Ok(())
+    }
+
+    /// Responses say `Connection: close` and end their connection: the server shuts down, or
+    /// the front it works behind drains.
+    pub(crate) fn closing_connections(&self, py: Python<'_>) -> bool {
+        self.state
+            .borrow(py)
+            .is_ok_and(|st| st.shutting_down || st.channel.as_ref().is_some_and(|c| c.draining))
     }
 
     /// The channel is open: it counts as a connection, so a graceful shutdown waits for the

@@ -19,6 +19,7 @@
 
 mod conn;
 mod cycle;
+mod drain;
 mod front;
 mod handoff;
 pub use front::run_front;
@@ -398,14 +399,24 @@ impl HttpServer {
         Self::schedule_sweep(slf)
     }
 
-    /// Stops accepting; existing connections go on. Behind the front the channel stays watched
-    /// until the front closes it (it may still hand over requests it had read).
+    /// Stops accepting; existing connections go on. Connections the kernel has already
+    /// completed are accepted first: once the caller closes the listening socket, the kernel
+    /// would reset them, after their client saw the connection succeed. Behind the front the
+    /// channel stays watched until the front closes it (it may still hand over requests it had
+    /// read).
     fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
         if this.state.borrow(py)?.channel.is_some() {
             this.state.borrow(py)?.listening = false;
             return Ok(());
+        }
+        let accepting = {
+            let st = this.state.borrow(py)?;
+            st.listening && st.accept_retry.is_none()
+        };
+        if accepting {
+            Self::__call__(slf, false)?;
         }
         let (was, retry) = {
             let mut st = this.state.borrow(py)?;
@@ -424,7 +435,9 @@ impl HttpServer {
         Ok(())
     }
 
-    /// No new requests: idle connections close now, busy ones after their current response.
+    /// The graceful drain (`drain.rs`): every response from now on says `connection: close`
+    /// and ends its connection; an idle connection is closed once it has been quiet for
+    /// `DRAIN_QUIET` (a request that arrives first is served); a busy one after its response.
     fn shutdown(slf: &Bound<'_, Self>) -> PyResult<()> {
         Self::close(slf)?;
         if slf.get().channel_open(slf.py()) && !slf.get().shutting_down(slf.py()) {
@@ -433,15 +446,25 @@ impl HttpServer {
             Self::tell_front(slf, ferroloop_core::front::LEAVING, 0)?;
         }
         let py = slf.py();
-        let conns: Vec<Py<Conn>> = {
+        let (conns, sweep) = {
             let mut st = slf.get().state.borrow(py)?;
             st.shutting_down = true;
-            st.conns.values().map(|c| c.clone_ref(py)).collect()
+            (
+                st.conns
+                    .values()
+                    .map(|c| c.clone_ref(py))
+                    .collect::<Vec<_>>(),
+                st.sweep.take(),
+            )
         };
         for conn in conns {
             Conn::shutdown(conn.bind(py))?;
         }
-        Ok(())
+        // The sweep closes the quiet connections: from now on every `DRAIN_SWEEP` seconds.
+        if let Some(timer) = sweep {
+            timer.bind(py).call_method0(intern!(py, "cancel"))?;
+        }
+        Self::schedule_sweep(slf)
     }
 
     /// Closes every connection (and the channel to the front) now and cancels the running app
@@ -793,7 +816,11 @@ impl HttpServer {
             }
         }
         let shortest = this.opts.timeout_keep_alive.min(this.opts.timeout_header);
-        let interval = (shortest / 4.0).clamp(0.05, 1.0);
+        let interval = if this.shutting_down(py) {
+            drain::DRAIN_SWEEP
+        } else {
+            (shortest / 4.0).clamp(0.05, 1.0)
+        };
         let timer = Self::call_later(slf, interval, intern!(py, "_sweep"))?;
         this.state.borrow(py)?.sweep = Some(timer);
         Ok(())

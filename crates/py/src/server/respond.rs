@@ -8,7 +8,7 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use ferroloop_core::clock;
 use ferroloop_core::http::{
     check_response, encode_chunk, encode_head, encode_last_chunk, write_chunk_size, Framing,
-    Version,
+    RequestInfo, Version,
 };
 use ferroloop_core::OutQueue;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError};
@@ -401,10 +401,10 @@ impl Conn {
             fx.resolve.push((f, py.None()));
         }
         // An unread rest of the body must be skipped before the next request; if it has not
-        // all arrived, the connection cannot be reused.
-        // A handed-over connection goes back to the front even while this worker shuts down:
-        // the front keeps it for the next worker (it says `Connection: close` when it drains).
-        let mut reusable = keep_alive && (st.handoff.is_some() || !server.shutting_down(py));
+        // all arrived, the connection cannot be reused. `keep_alive` is what the head told the
+        // client: in a graceful shutdown, a head written before it still said keep-alive, and
+        // the connection waits for a request the client may already be sending (`drain.rs`).
+        let mut reusable = keep_alive;
         if reusable && !req.body_delivered {
             while let Ok(d) = req.decoder.decode(&st.rbuf[st.rpos..]) {
                 st.rpos += d.consumed;
@@ -432,7 +432,9 @@ impl Conn {
             fx.hand_back = true;
         } else if reusable {
             st.phase = Phase::Idle;
-            st.deadline = clock::monotonic() + server.opts().timeout_keep_alive;
+            let now = clock::monotonic();
+            st.idle_since = now;
+            st.deadline = now + server.opts().timeout_keep_alive;
             st.header_clock = false;
             if !st.reading && !st.eof {
                 st.reading = true;
@@ -715,15 +717,12 @@ fn write_head(
         .collect();
     let date = server.date(py);
     let fields = server.fields(date.as_ref().map(|d| &d[..]));
-    out.with_tail(|buf| {
-        encode_head(
-            buf,
-            req.info,
-            req.resp.status,
-            &pairs,
-            known_length,
-            &fields,
-        )
-    })
-    .map_err(|e| PyRuntimeError::new_err(format!("invalid response: {e}")))
+    // In a graceful shutdown every response says `connection: close` (`drain.rs`), and so
+    // does every response of a worker whose front drains (`handoff.rs`).
+    let info = RequestInfo {
+        keep_alive: req.info.keep_alive && !server.closing_connections(py),
+        ..req.info
+    };
+    out.with_tail(|buf| encode_head(buf, info, req.resp.status, &pairs, known_length, &fields))
+        .map_err(|e| PyRuntimeError::new_err(format!("invalid response: {e}")))
 }
