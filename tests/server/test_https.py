@@ -11,12 +11,16 @@ module); the few where ferroloop deliberately differs are marked ``ferroloop_onl
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import hashlib
 import json
 import os
 import random
 import signal
+import socket
 import ssl
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +28,7 @@ import httpx
 import pytest
 import trustme
 from cryptography.hazmat.primitives import serialization
-from websockets.sync.client import connect as ws_connect
+from websockets.asyncio.client import connect as ws_connect
 
 # Upper bound of one wait here (the server conftest's IO_TIMEOUT); loopback needs far less.
 IO_TIMEOUT = 10.0
@@ -415,20 +419,140 @@ def ws_server(serve, tls):
     return serve("ws_app:app", *tls.server_args())
 
 
+# The wss clients here are websockets' asyncio client, never its sync client: the sync client
+# reads on a thread of its own while the caller writes, on one OpenSSL object, and OpenSSL 3.0
+# loses a record written while that thread handles the server's TLS 1.3 session tickets (the
+# upgrade request never reaches the socket: see repro_wss_stall.py). The asyncio client drives
+# its TLS object from one thread, through memory BIOs.
+
+
 def test_websocket_over_wss_echoes_messages(ws_server, tls):
     url = f"wss://127.0.0.1:{ws_server.port}/echo"
-    with ws_connect(url, ssl=tls.client_context(), open_timeout=IO_TIMEOUT) as ws:
-        ws.send("hello over wss")
-        assert ws.recv(timeout=IO_TIMEOUT) == "hello over wss"
-        big = random.Random(11).randbytes(512 * 1024)
-        ws.send(big)
-        assert ws.recv(timeout=IO_TIMEOUT) == big
+    big = random.Random(11).randbytes(512 * 1024)
+
+    async def echoes() -> tuple[str | bytes, str | bytes]:
+        async with ws_connect(url, ssl=tls.client_context(), open_timeout=IO_TIMEOUT) as ws:
+            await ws.send("hello over wss")
+            text = await asyncio.wait_for(ws.recv(), IO_TIMEOUT)
+            await ws.send(big)
+            return text, await asyncio.wait_for(ws.recv(), IO_TIMEOUT)
+
+    text, binary = asyncio.run(echoes())
+    assert text == "hello over wss"
+    assert binary == big
 
 
 def test_websocket_over_wss_sees_scheme_wss(ws_server, tls):
     url = f"wss://127.0.0.1:{ws_server.port}/scope"
-    with ws_connect(url, ssl=tls.client_context(), open_timeout=IO_TIMEOUT) as ws:
-        scope = json.loads(ws.recv(timeout=IO_TIMEOUT))
+
+    async def first_message() -> str | bytes:
+        async with ws_connect(url, ssl=tls.client_context(), open_timeout=IO_TIMEOUT) as ws:
+            return await asyncio.wait_for(ws.recv(), IO_TIMEOUT)
+
+    scope = json.loads(asyncio.run(first_message()))
+    assert scope["type"] == "websocket"
+    assert scope["scheme"] == "wss"
+
+
+class BatchingTlsClient:
+    """A TLS client whose ciphertext the test sends in batches of its choosing: Python's ``ssl``
+    over memory BIOs on a plain socket, so which records leave in which ``send()`` is the
+    test's decision, not the TLS library's."""
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext) -> None:
+        self.sock = sock
+        self.incoming = ssl.MemoryBIO()
+        self.outgoing = ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_hostname="127.0.0.1")
+        self.plaintext = bytearray()
+
+    def handshake_keeping_last_flight(self) -> None:
+        """Runs the handshake until the client's side is done; its last flight (under TLS 1.3
+        its Finished) stays unsent, in ``outgoing``."""
+        while True:
+            try:
+                self.tls.do_handshake()
+                return
+            except ssl.SSLWantReadError:
+                self.sock.sendall(self.outgoing.read())
+                self._receive()
+
+    def _receive(self) -> None:
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("the server closed the connection")
+        self.incoming.write(data)
+
+    def read_until(self, done) -> bytes:
+        """Decrypted bytes from the server until ``done(plaintext)`` holds (a stalled server
+        fails the test: the socket's timeout, or its close, ends the wait)."""
+        while not done(self.plaintext):
+            try:
+                chunk = self.tls.read(65536)
+            except ssl.SSLWantReadError:
+                self._receive()
+                continue
+            if not chunk:
+                raise ConnectionError("the server closed the TLS session")
+            self.plaintext += chunk
+        return bytes(self.plaintext)
+
+
+def upgrade_request(path: str) -> bytes:
+    key = base64.b64encode(os.urandom(16)).decode()
+    return (
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    ).encode()
+
+
+def first_text_frame(data: bytes) -> bytes | None:
+    """The payload of the unmasked text frame after the 101 head in ``data``; None while it has
+    not all arrived."""
+    head_end = data.find(b"\r\n\r\n")
+    if head_end < 0:
+        return None
+    frame = data[head_end + 4 :]
+    if len(frame) < 2:
+        return None
+    assert frame[0] == 0x81, f"a final text frame: {frame[:2]!r}"
+    size, start = frame[1], 2
+    if size == 126:
+        if len(frame) < 4:
+            return None
+        size, start = struct.unpack("!H", frame[2:4])[0], 4
+    payload = frame[start : start + size]
+    return payload if len(payload) == size else None
+
+
+@pytest.mark.parametrize("batching", ["one-send", "finished-then-request", "byte-by-byte"])
+def test_wss_upgrade_sent_with_the_tls13_client_finished_is_answered(
+    ws_server, tls, connect, batching
+):
+    # The client's Finished and its upgrade request, sent before the client has read the
+    # server's session tickets: in one send (one segment; the server's read that completes the
+    # handshake also holds the request and leaves the socket empty), in two sends, or one byte
+    # per send (records completed across many reads).
+    context = tls.client_context()
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    connection = connect(ws_server)
+    connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    client = BatchingTlsClient(connection.sock, context)
+    client.handshake_keeping_last_flight()
+    finished = client.outgoing.read()
+    client.tls.write(upgrade_request("/scope"))
+    request = client.outgoing.read()
+    if batching == "one-send":
+        connection.sock.sendall(finished + request)
+    elif batching == "finished-then-request":
+        connection.sock.sendall(finished)
+        connection.sock.sendall(request)
+    else:
+        for byte in finished + request:
+            connection.sock.sendall(bytes([byte]))
+    data = client.read_until(lambda data: first_text_frame(data) is not None)
+    assert data.startswith(b"HTTP/1.1 101 "), data[:200]
+    scope = json.loads(first_text_frame(data))
     assert scope["type"] == "websocket"
     assert scope["scheme"] == "wss"
 

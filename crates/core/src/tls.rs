@@ -458,6 +458,30 @@ mod tests {
     }
 
     #[test]
+    fn a_request_read_with_the_clients_finished_is_decrypted_in_that_read() {
+        // The bytes a TLS 1.3 client may send in one segment: its Finished, then at once its
+        // first request, before it has read the server's session tickets. The socket is empty
+        // after that one read, so no readiness event would bring out a request left in rustls.
+        let pki = pki();
+        let mut p = Pair::new(&pki);
+        while p.client.is_handshaking() {
+            assert!(matches!(p.client_to_server(), Read::Took(_)));
+            p.server_to_client();
+        }
+        assert!(
+            p.server.is_handshaking(),
+            "the client's Finished has not been sent yet"
+        );
+        let request = b"GET /chat HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n";
+        p.client.writer().write_all(request).unwrap();
+        assert!(matches!(p.client_to_server(), Read::Took(_)));
+        assert!(!p.server.is_handshaking());
+        assert_eq!(p.rbuf, request);
+        let fd = p.fd();
+        assert_eq!(p.server.read(fd, &mut p.rbuf), Read::WouldBlock);
+    }
+
+    #[test]
     fn close_notify_goes_out_once_and_the_clients_close_notify_is_an_eof() {
         let pki = pki();
         let mut p = Pair::new(&pki);
