@@ -110,7 +110,14 @@ def server_command(app_ref: str, args: tuple[str, ...], port: int | None) -> lis
         command = [sys.executable, "-m", "uvicorn", "--loop", "asyncio", "--http", http, app_ref]
     if port is not None:
         command += ["--host", "127.0.0.1", "--port", str(port)]
-    return [*command, "--app-dir", str(APPS_DIR), *args]
+    extra = []
+    # FERROLOOP_TEST_WORKERS=2: every server that runs as one process runs with that many
+    # workers instead (behind the front), to check that the front changes nothing a client sees.
+    workers = os.environ.get("FERROLOOP_TEST_WORKERS")
+    single = not {"--workers", "--reload", "--fd"} & set(args)
+    if workers and SERVER_KIND == "ferroloop" and single:
+        extra = ["--workers", workers]
+    return [*command, "--app-dir", str(APPS_DIR), *args, *extra]
 
 
 class Server:
