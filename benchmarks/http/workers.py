@@ -3,11 +3,15 @@
     python benchmarks/http/workers.py [--workers 2,4] [--loads c64,c256,close64] [--duration 4]
         [--repeats 3] [--server-cpus 0] [--wrk-cpus 1] [--out DIR]
 
-Two ways for N worker processes to share one port:
+Three ways for N worker processes to share one port:
 
-- `shared` (`--workers N`): the parent binds one socket; every worker has it in its own epoll
-  set and calls `accept4` when it is readable, so a connection goes to whichever worker gets
-  there first.
+- `front` (`--workers N --lane-fast-workers 0`: the default dispatch, without the extra
+  fast-lane worker so that every mode runs N workers): a front process owns the socket and
+  the idle connections and hands each request to the least busy worker, which hands the
+  connection back after the response (docs/server.md#workers).
+- `shared` (`--workers N --dispatch kernel`): the parent binds one socket; every worker has it
+  in its own epoll set and calls `accept4` when it is readable, so a connection goes to
+  whichever worker gets there first.
 - `reuseport` (`--workers N --reuse-port`): each worker binds its own `SO_REUSEPORT` socket and
   the kernel picks the socket for each new connection by a hash of its addresses.
 
@@ -52,7 +56,12 @@ from machine import core_busy_seconds, cpu_model, fmt, git_revision
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 APP = "counting_asgi:app"
-MODES = ("shared", "reuseport")
+MODES = ("front", "shared", "reuseport")
+MODE_FLAGS = {
+    "front": ["--lane-fast-workers", "0"],
+    "shared": ["--dispatch", "kernel"],
+    "reuseport": ["--dispatch", "kernel", "--reuse-port"],
+}
 KEEP_ALIVE = "-- keep-alive: wrk's default request"
 CLOSE = 'wrk.headers["Connection"] = "close"'
 
@@ -77,7 +86,7 @@ COUNT_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class WorkersServer:
-    """`python -m ferroloop APP --workers N [--reuse-port]`, for servers.ServerProcess."""
+    """`python -m ferroloop APP --workers N` with the mode's flags, for servers.ServerProcess."""
 
     workers: int
     mode: str
@@ -88,7 +97,7 @@ class WorkersServer:
         cmd = [*servers.BY_NAME["ferroloop"].command(app, port), "--workers", str(self.workers)]
         if self.max_requests:
             cmd += ["--limit-max-requests", str(self.max_requests)]
-        return [*cmd, "--reuse-port"] if self.mode == "reuseport" else cmd
+        return [*cmd, *MODE_FLAGS[self.mode]]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -269,3 +269,21 @@ def test_a_dead_front_stops_the_server_with_a_reason(spawn_server, connect, mark
     assert f"The front process [{front_pid}] died (signal SIGKILL); stopping." in (
         server.output_text()
     )
+
+
+def test_workers_replaced_at_their_request_limit_drop_nothing(spawn_server, connect, markers):
+    # Each worker exits after 20 responses and is replaced; the front holds the connections
+    # (and the requests that arrive meanwhile), so no request fails.
+    server = start(spawn_server, markers, "--workers", "2", "--limit-max-requests", "20")
+    kept = connect(server)
+    deadline = time.monotonic() + 20
+    n = 0
+    while server.output_text().count("exited after its request limit") < 5:
+        assert time.monotonic() < deadline, "workers were not replaced"
+        assert kept.request("GET", "/hello").status == 200
+        if n % 3 == 0:
+            fresh = connect(server)
+            assert fresh.request("GET", "/hello").status == 200
+            fresh.close()
+        n += 1
+    assert "went away with" not in server.output_text()
