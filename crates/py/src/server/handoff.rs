@@ -198,12 +198,17 @@ impl HttpServer {
         Ok(())
     }
 
-    /// Responses say `Connection: close` and end their connection: the server shuts down, or
-    /// the front it works behind drains.
+    /// Responses say `Connection: close` and end their connection: the server shuts down.
+    /// Behind the front, only when the front drains (or is gone): a worker that stops on its
+    /// own (`--limit-max-requests`, SIGHUP) gives its connections back, kept alive, for the
+    /// next worker.
     pub(crate) fn closing_connections(&self, py: Python<'_>) -> bool {
         self.state
             .borrow(py)
-            .is_ok_and(|st| st.shutting_down || st.channel.as_ref().is_some_and(|c| c.draining))
+            .is_ok_and(|st| match st.channel.as_ref() {
+                Some(chan) => chan.draining || !chan.open,
+                None => st.shutting_down,
+            })
     }
 
     /// The channel is open: it counts as a connection, so a graceful shutdown waits for the
