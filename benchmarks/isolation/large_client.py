@@ -5,16 +5,18 @@
 Each connection is a thread with a raw socket (HTTP/1.1 keep-alive): it sends `POST PATH` with
 `Content-Type: application/json`, `Content-Length` and the body read once from BODY_FILE, reads
 the response (status line, headers, Content-Length body), checks it is a 200 with
-`{"count": EXPECT_COUNT}`, and sends the next one at once: a closed loop per connection, as a
-client uploading files one after another. The body's bytes are the same object for every send,
-and `sendall` copies them to the kernel without holding the GIL, so the client costs little CPU
-besides the kernel's copy. END_NS is a CLOCK_MONOTONIC time (`time.monotonic_ns()`): every
-socket operation's timeout runs out then, so the process ends within a moment of it even if the
-server stops answering. The runner counts the uploads answered in its measured window.
+`{"count": EXPECT_COUNT, "pid": PID}`, and sends the next one at once: a closed loop per
+connection, as a client uploading files one after another. The body's bytes are the same object
+for every send, and `sendall` copies them to the kernel without holding the GIL, so the client
+costs little CPU besides the kernel's copy. END_NS is a CLOCK_MONOTONIC time
+(`time.monotonic_ns()`): every socket operation's timeout runs out then, so the process ends
+within a moment of it even if the server stops answering. The runner counts the uploads
+answered in its measured window.
 
 Prints one line: `RESULT {"done": [[sent_ns, answered_ns], ...], "errors": N, "first_error":
-"...", "in_flight": N, "cpu_s": S}` (every answered upload, warm-up included; in_flight: uploads
-still unanswered at END_NS).
+"...", "in_flight": N, "pids": [PID, ...], "cpu_s": S}` (every answered upload, warm-up
+included; in_flight: uploads still unanswered at END_NS; pids: the worker process that answered
+each connection's last upload).
 """
 
 from __future__ import annotations
@@ -59,7 +61,9 @@ def read_response(sock: socket.socket, end_ns: int) -> tuple[bytes, bytes]:
     return head, body
 
 
-def upload_loop(port: int, head: bytes, body: bytes, expect: dict, end_ns: int, out: dict) -> None:
+def upload_loop(
+    conn: int, port: int, head: bytes, body: bytes, expect: int, end_ns: int, out: dict
+) -> None:
     sock = None
     while time.monotonic_ns() < end_ns:
         sent_ns = time.monotonic_ns()
@@ -73,11 +77,13 @@ def upload_loop(port: int, head: bytes, body: bytes, expect: dict, end_ns: int, 
             sock.sendall(head)
             sock.sendall(body)
             status, answer = read_response(sock, end_ns)
-            if not status.startswith(b"HTTP/1.1 200") or json.loads(answer) != expect:
+            reply = json.loads(answer) if status.startswith(b"HTTP/1.1 200") else {}
+            if reply.get("count") != expect:
                 first_line = status.partition(b"\r")[0]
                 raise Wrong(f"{first_line!r} {answer[:200]!r}")
             with LOCK:
                 out["done"].append((sent_ns, time.monotonic_ns()))
+                out["pids"][conn] = reply.get("pid")
         except (OSError, Wrong, ValueError) as exc:
             if isinstance(exc, TimeoutError) and time.monotonic_ns() >= end_ns:
                 with LOCK:
@@ -102,14 +108,15 @@ def main(argv: list[str]) -> int:
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode()
-    out = {"done": [], "errors": 0, "first_error": "", "in_flight": 0}
+    conns = int(conns)
+    out = {"done": [], "errors": 0, "first_error": "", "in_flight": 0, "pids": [None] * conns}
     threads = [
         threading.Thread(
             target=upload_loop,
-            args=(int(port), head, body, {"count": int(count)}, int(end_ns), out),
+            args=(i, int(port), head, body, int(count), int(end_ns), out),
             daemon=True,
         )
-        for _ in range(int(conns))
+        for i in range(conns)
     ]
     for thread in threads:
         thread.start()

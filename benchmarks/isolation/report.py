@@ -66,6 +66,7 @@ def summarize(cell: dict) -> dict:
         s["small_errors"] = sum(r["loaded"]["small_errors"] + r["unloaded"]["small_errors"]
                                 for r in ok)  # fmt: skip
         s["large_errors"] = sum(r["loaded"]["large"]["errors"] for r in ok)
+        s["uploads_on_ping_worker"] = [r["loaded"].get("uploads_on_ping_worker") for r in ok]
         s["server_cpu_share"] = _median([r["loaded"]["server_cpu_share"] for r in ok])
         s["other_busy"] = _median([r["loaded"]["other_busy"] for r in ok])
         for phase in ("loaded", "unloaded"):
@@ -145,15 +146,15 @@ def _cell_md(cell: dict, s: dict, meta: dict) -> list[str]:
         f"small client on {shape}",
         "",
         "| server | unloaded req/s | unloaded p99 | p50 | p95 | p99 | max | small req/s | "
-        "loaded ÷ unloaded | large served (/s) | upload time, s | server CPU | other load | "
-        "ferroloop ÷ this: p99, small req/s, large |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "loaded ÷ unloaded | large served (/s) | upload time, s | uploads on /ping's worker | "
+        "server CPU | other load | ferroloop ÷ this: p99, small req/s, large |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     f = s.get("ferroloop", {})
     for name, x in s.items():
         if not x["ok"]:
             why = "missing" if x["missing"] else f"all {x['runs']} run(s) failed"
-            lines.append(f"| {name} | {why} |" + " |" * 12)
+            lines.append(f"| {name} | {why} |" + " |" * 13)
             continue
         ratios = "—"
         if name != "ferroloop" and f.get("ok"):
@@ -164,6 +165,7 @@ def _cell_md(cell: dict, s: dict, meta: dict) -> list[str]:
                     _ratio(f["large_served"], x["large_served"]),
                 )
             )
+        shared = ", ".join("—" if n is None else str(n) for n in x["uploads_on_ping_worker"])
         errors = ""
         if x["small_errors"] or x["large_errors"]:
             errors = f" ⚠ {x['small_errors']} small / {x['large_errors']} upload errors"
@@ -172,7 +174,7 @@ def _cell_md(cell: dict, s: dict, meta: dict) -> list[str]:
             f"{fmt(x['loaded_p50_ms'])} | {fmt(x['loaded_p95_ms'])} | {fmt(x['loaded_p99_ms'])} | "
             f"{fmt(x['loaded_max_ms'])} | {fmt(x['loaded_rps'])} | "
             f"{fmt(x['loaded_over_unloaded_rps'])} | {fmt(x['large_served'])} "
-            f"({fmt(x['large_rps'])}) | {fmt(x['large_latency_s'])} | "
+            f"({fmt(x['large_rps'])}) | {fmt(x['large_latency_s'])} | {shared} | "
             f"{fmt(x['server_cpu_share'])} | {x['other_busy']:.0%} | {ratios} |"
         )
     return [*lines, ""]
@@ -243,9 +245,12 @@ def markdown(meta: dict, cells: list[dict], summaries: list[dict], rows: list[di
         "Small client: one `GET /ping` in flight, on one keep-alive connection or a new "
         "connection per request; latencies in ms over every request sent in the window (max "
         "counts a request still unanswered at the end). `large served`: uploads answered in the "
-        "loaded window (per second in brackets). `server CPU`: cores used by the server's "
-        "processes while loaded. `other load`: share of the machine used by neither the server "
-        "nor the clients. See benchmarks/README.md.",
+        "loaded window (per second in brackets). `uploads on /ping's worker` (keep-alive only, one "
+        "number per run): how many of the upload connections the worker serving the /ping "
+        "connection also served; with 2 workers this is down to which worker accepted which "
+        "connection, and decides most of the loaded numbers. `server CPU`: cores used by the "
+        "server's processes while loaded. `other load`: share of the machine used by neither "
+        "the server nor the clients. See benchmarks/README.md.",
         "",
         *_targets_md(rows),
         "## Per cell (medians over the runs)",

@@ -24,6 +24,7 @@ benchmarks/results/isolation.{md,json,png}; see benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import http.client
 import json
 import os
@@ -241,6 +242,7 @@ def measure_phase(exe: str, proc: servers.ServerProcess, shape: str, warmup_s: f
         "small_first_error": small_out["first_error"],
         "small_reconnects": small_out["reconnects"],
         "small_warmup_requests": small_out["warmup"],
+        "small_worker_pid": small_out["worker_pid"] or None,
         "server_cpu_share": round(server_cpu / window_s, 3),  # in cores: up to `cores`
         "client_cpu_share": round(client_cpu / window_s, 3),
         "other_busy": round(max(0.0, busy - server_cpu - client_cpu) / (window_s * cores), 3),
@@ -255,14 +257,18 @@ def measure_phase(exe: str, proc: servers.ServerProcess, shape: str, warmup_s: f
             "first_error": large_out["first_error"],
             "in_flight_at_end": large_out["in_flight"],
             "warmup_served": sum(1 for d in large_out["done"] if d[1] < start_ns),
+            "worker_pids": large_out["pids"],
         }
+        # keep-alive: how many upload connections were served by the /ping connection's worker
+        if small_out["worker_pid"]:
+            phase["uploads_on_ping_worker"] = large_out["pids"].count(small_out["worker_pid"])
     return phase
 
 
 def measure(name: str, workers: int, shape: str, kind: str, args, exe: str, workdir: Path,
             bodies: dict) -> dict:  # fmt: skip
     """One cell: a fresh server, unloaded phase, loaded phase, check, stop."""
-    server = commands.Server(**{**commands.BY_NAME[name].__dict__, "workers": workers})
+    server = dataclasses.replace(commands.BY_NAME[name], workers=workers)
     cell_dir = Path(tempfile.mkdtemp(dir=workdir, prefix=f"{name}-w{workers}-{shape}-{kind}-"))
     env = {"ISOLATION_READY_DIR": str(cell_dir), "PYTHONPATH": str(HERE)}
     pin_server = ["taskset", "-c", server_cpus(workers)] if args.pinned else []

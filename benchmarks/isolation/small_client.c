@@ -17,8 +17,11 @@
  * Prints one line:
  *
  *   RESULT {"samples": N, "warmup": N, "errors": N, "reconnects": N, "unfinished_ns": NS,
- *           "cpu_s": S, "first_error": "..."}
+ *           "cpu_s": S, "worker_pid": PID, "first_error": "..."}
  *
+ * In `keepalive` mode every new connection first asks `GET /pid` (untimed): worker_pid is the
+ * process that served the last connection, so the report can say whether it shared its worker
+ * with the uploads (0 in `close` mode).
  * unfinished_ns is how long the request in flight at END_NS had waited (0 if none): a lower
  * bound of one more latency, which the report counts in the maximum. errors counts wrong or
  * failed responses (the connection is then reopened). Exit status 1 on a setup failure.
@@ -39,7 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EXPECT_BODY "{\"ping\":\"pong\"}"
+#define PING_BODY "{\"ping\":\"pong\"}"
+#define PID_BODY "{\"pid\":"
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -109,9 +113,10 @@ static int open_conn(int port) {
     return fd;
 }
 
-/* Reads one response. 1: a correct one; 0: END_NS came first; -1: an error (counted). */
-static int read_response(int fd, char *buf, size_t cap) {
-    size_t have = 0, want = 0;
+/* Reads one response. 1: a 200 whose body starts with `expect` (the body is then at `*body`,
+ * NUL-terminated); 0: END_NS came first; -1: an error (counted). */
+static int read_response(int fd, char *buf, size_t cap, const char *expect, char **body) {
+    size_t have = 0, want = 0, head = 0;
     for (;;) {
         ssize_t n = recv(fd, buf + have, cap - 1 - have, 0);
         if (n > 0) {
@@ -125,7 +130,8 @@ static int read_response(int fd, char *buf, size_t cap) {
                         error("response without Content-Length");
                         return -1;
                     }
-                    want = (size_t)(end + 4 - buf) + strtoul(cl + 17, NULL, 10);
+                    head = (size_t)(end + 4 - buf);
+                    want = head + strtoul(cl + 17, NULL, 10);
                     if (want >= cap) {
                         error("response too long");
                         return -1;
@@ -133,12 +139,12 @@ static int read_response(int fd, char *buf, size_t cap) {
                 }
             }
             if (want && have >= want) {
-                size_t body = sizeof EXPECT_BODY - 1;
-                if (have != want || strncmp(buf, "HTTP/1.1 200", 12) != 0 || want < body ||
-                    memcmp(buf + want - body, EXPECT_BODY, body) != 0) {
-                    error("not a 200 with the ping body");
+                if (have != want || strncmp(buf, "HTTP/1.1 200", 12) != 0 ||
+                    strncmp(buf + head, expect, strlen(expect)) != 0) {
+                    error("not a 200 with the expected body");
                     return -1;
                 }
+                *body = buf + head;
                 return 1;
             }
             if (have == cap - 1) {
@@ -206,6 +212,10 @@ int main(int argc, char **argv) {
     int request_len = snprintf(request, sizeof request,
                                "GET /ping HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n", port,
                                keepalive ? "" : "Connection: close\r\n");
+    char pid_request[128];
+    int pid_request_len = snprintf(pid_request, sizeof pid_request,
+                                   "GET /pid HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", port);
+    long worker_pid = 0;
     static char buf[65536];
     size_t cap = 1 << 16, count = 0;
     uint64_t *samples = malloc(cap * sizeof *samples);
@@ -224,8 +234,19 @@ int main(int argc, char **argv) {
                 usleep(1000); /* a refused connect: do not spin */
                 continue;
             }
-            if (keepalive && (count || warmup)) {
-                reconnects++;
+            if (keepalive) {
+                /* Which worker this connection landed on, for the report (not timed). */
+                char *body;
+                if (send(fd, pid_request, (size_t)pid_request_len, MSG_NOSIGNAL) !=
+                        pid_request_len ||
+                    read_response(fd, buf, sizeof buf, PID_BODY, &body) != 1) {
+                    close(fd);
+                    fd = -1;
+                    continue;
+                }
+                worker_pid = atol(body + strlen(PID_BODY));
+                reconnects += count || warmup;
+                continue; /* t0 is taken again for the first timed request */
             }
         }
         ssize_t sent = send(fd, request, (size_t)request_len, MSG_NOSIGNAL);
@@ -235,7 +256,8 @@ int main(int argc, char **argv) {
             fd = -1;
             continue;
         }
-        int got = read_response(fd, buf, sizeof buf);
+        char *body;
+        int got = read_response(fd, buf, sizeof buf, PING_BODY, &body);
         uint64_t t1 = now_ns();
         if (got == 0) {
             unfinished = t0 >= start_ns ? t1 - t0 : 0;
@@ -281,8 +303,10 @@ int main(int argc, char **argv) {
         }
     }
     printf("RESULT {\"samples\": %zu, \"warmup\": %llu, \"errors\": %llu, \"reconnects\": %llu, "
-           "\"unfinished_ns\": %llu, \"cpu_s\": %.3f, \"first_error\": \"%s\"}\n",
+           "\"unfinished_ns\": %llu, \"cpu_s\": %.3f, \"worker_pid\": %ld, "
+           "\"first_error\": \"%s\"}\n",
            count, (unsigned long long)warmup, (unsigned long long)errors,
-           (unsigned long long)reconnects, (unsigned long long)unfinished, cpu, first_error);
+           (unsigned long long)reconnects, (unsigned long long)unfinished, cpu, worker_pid,
+           first_error);
     return 0;
 }
