@@ -110,7 +110,7 @@ bench-workers: build ## --workers N: shared accept against SO_REUSEPORT (2 and 4
 		{ echo "wrk not found: apt-get install -y wrk"; exit 1; }
 	$(PY) benchmarks/http/workers.py $(ARGS)
 
-bench-isolation: build ## FastAPI + 25 MB JSON uploads: do small requests stay fast? (4 servers, ~13 min; benchmarks/results/isolation.*)
+bench-isolation: build ## FastAPI + 25 MB JSON uploads: do small requests stay fast? (4 servers, ~11 min; benchmarks/results/isolation.*)
 	@command -v cc >/dev/null || { echo "a C compiler is needed for benchmarks/isolation/small_client.c"; exit 1; }
 	$(PIP) install -q granian uvicorn uvicorn-worker httptools uvloop gunicorn fastapi matplotlib
 	$(PY) benchmarks/isolation/run.py $(ARGS)
