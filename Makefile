@@ -11,7 +11,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv build run run-echo bench-http bench-wsgi bench-tls bench-ws bench-workers bench-instructions test test-py312 test-py313 test-rust test-python test-cpython test-cpython-asyncio-task record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
+.PHONY: help venv build run run-echo bench-http bench-wsgi bench-tls bench-ws bench-workers bench-isolation bench-instructions test test-py312 test-py313 test-rust test-python test-cpython test-cpython-asyncio-task record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -109,6 +109,11 @@ bench-workers: build ## --workers N: shared accept against SO_REUSEPORT (2 and 4
 	@command -v wrk >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null; } || \
 		{ echo "wrk not found: apt-get install -y wrk"; exit 1; }
 	$(PY) benchmarks/http/workers.py $(ARGS)
+
+bench-isolation: build ## FastAPI + 25 MB JSON uploads: do small requests stay fast? (4 servers, ~11 min; benchmarks/results/isolation.*)
+	@command -v cc >/dev/null || { echo "a C compiler is needed for benchmarks/isolation/small_client.c"; exit 1; }
+	$(PIP) install -q granian uvicorn uvicorn-worker httptools uvloop gunicorn fastapi matplotlib
+	$(PY) benchmarks/isolation/run.py $(ARGS)
 
 bench-instructions: build ## Instructions per request of the server under callgrind (hello and FastAPI; ~4 min)
 	@command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install -y valgrind"; exit 1; }
