@@ -143,6 +143,10 @@ class Server:
         self._stderr_path = log_dir / "stderr.log"
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         full_env.pop("WEB_CONCURRENCY", None)
+        if "--workers" in self.command:
+            # What the test apps record for a later request, which may go to another worker
+            # (tests/server/apps/shared_state.py).
+            full_env.setdefault("FERROLOOP_TEST_SHARED_DIR", str(log_dir / "shared"))
         with open(self._stdout_path, "wb") as stdout, open(self._stderr_path, "wb") as stderr:
             self.proc = subprocess.Popen(
                 self.command,
