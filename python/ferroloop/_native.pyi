@@ -251,6 +251,8 @@ def run_front(
     limit_headers: int = 100,
     limit_uri: int = 8192,
     server_header: bool = True,
+    date_header: bool = True,
+    headers: list[tuple[bytes, bytes]] = ...,
 ) -> tuple[int, int, int, int]: ...
 
 @final

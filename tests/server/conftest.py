@@ -15,6 +15,15 @@ A test of behaviour that ferroloop specifies and uvicorn does not have (ferroloo
 stricter framing, the ``server: ferroloop`` header...) is marked ``@pytest.mark.ferroloop_only``
 with the reason; it is skipped under the oracle, and only there.
 
+``FERROLOOP_TEST_WORKERS=2`` runs every server that would be one process with ``--workers 2``
+instead, behind the dispatching front, to check that the front changes nothing a client sees.
+Consecutive requests may then reach different workers, so what a test app records for a later
+request lives in a directory the workers share (``apps/shared_state.py``). A test of a fact of
+one process that several workers do not share (a per-process limit, a log line, an rlimit) is
+marked ``@pytest.mark.single_process`` with the reason, and skipped in that run.
+
+    FERROLOOP_TEST_WORKERS=2 .venv/bin/python -m pytest -q -p no:cacheprovider tests/server
+
 Fixtures:
 
 * ``serve(app_ref, *args, env=None)`` (module scope): one server process per distinct
@@ -60,6 +69,8 @@ if SERVER_KIND != "ferroloop" and SERVER_KIND not in _ORACLE_HTTP:
         "(uvicorn --loop asyncio --http h11) or 'uvicorn-httptools'"
     )
 IS_ORACLE = SERVER_KIND != "ferroloop"
+# FERROLOOP_TEST_WORKERS=N: see the module docstring and server_command.
+TEST_WORKERS = os.environ.get("FERROLOOP_TEST_WORKERS", "") if not IS_ORACLE else ""
 
 # How long the server may take to accept connections after it was started.
 STARTUP_TIMEOUT = 15.0
@@ -80,16 +91,28 @@ def pytest_configure(config: pytest.Config) -> None:
         "ferroloop_only(reason): behaviour ferroloop specifies and uvicorn does not have; "
         "skipped when FERROLOOP_TEST_SERVER names the uvicorn oracle",
     )
+    config.addinivalue_line(
+        "markers",
+        "single_process(reason): checks a fact of one server process (its counters, limits, "
+        "log lines, rlimits) that several workers do not share; skipped when "
+        "FERROLOOP_TEST_WORKERS runs the servers with --workers",
+    )
+
+
+def _marker_reason(marker: pytest.Mark) -> str:
+    return marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if not IS_ORACLE:
-        return
     for item in items:
         marker = item.get_closest_marker("ferroloop_only")
-        if marker is not None:
-            reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
+        if IS_ORACLE and marker is not None:
+            reason = _marker_reason(marker)
             item.add_marker(pytest.mark.skip(reason=f"ferroloop only: {reason}"))
+        marker = item.get_closest_marker("single_process")
+        if TEST_WORKERS and marker is not None:
+            reason = _marker_reason(marker)
+            item.add_marker(pytest.mark.skip(reason=f"single process only: {reason}"))
 
 
 # --------------------------------------------------------------------------- servers
@@ -113,10 +136,9 @@ def server_command(app_ref: str, args: tuple[str, ...], port: int | None) -> lis
     extra = []
     # FERROLOOP_TEST_WORKERS=2: every server that runs as one process runs with that many
     # workers instead (behind the front), to check that the front changes nothing a client sees.
-    workers = os.environ.get("FERROLOOP_TEST_WORKERS")
     single = not {"--workers", "--reload", "--fd"} & set(args)
-    if workers and SERVER_KIND == "ferroloop" and single:
-        extra = ["--workers", workers]
+    if TEST_WORKERS and single:
+        extra = ["--workers", TEST_WORKERS]
     return [*command, "--app-dir", str(APPS_DIR), *args, *extra]
 
 
@@ -143,6 +165,10 @@ class Server:
         self._stderr_path = log_dir / "stderr.log"
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         full_env.pop("WEB_CONCURRENCY", None)
+        if "--workers" in self.command:
+            # What the test apps record for a later request, which may go to another worker
+            # (tests/server/apps/shared_state.py).
+            full_env.setdefault("FERROLOOP_TEST_SHARED_DIR", str(log_dir / "shared"))
         with open(self._stdout_path, "wb") as stdout, open(self._stderr_path, "wb") as stderr:
             self.proc = subprocess.Popen(
                 self.command,
@@ -182,6 +208,16 @@ class Server:
             if time.monotonic() > deadline:
                 pytest.fail(f"{needle!r} never appeared in the server's output\n{self.describe()}")
             time.sleep(0.02)
+
+    def wait_for_shutdown_start(self) -> str:
+        """Wait until the server logged that its graceful shutdown began; return all output.
+        One process logs "Shutting down". Behind the front (``--workers``) the parent logs
+        "Waiting for the front process" once it has told the front to drain; the workers log
+        "Shutting down" only after the front has drained."""
+        behind_front = "--workers" in self.command and "kernel" not in self.command
+        return self.wait_for_output(
+            "Waiting for the front process" if behind_front else "Shutting down"
+        )
 
     # -- lifecycle
 

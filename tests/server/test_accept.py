@@ -50,6 +50,10 @@ def exhaust_fds(server, connect) -> int:
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
 
 
+@pytest.mark.single_process(
+    reason="the open-files limit is lowered on the process started; behind the front, "
+    "another process accepts"
+)
 def test_out_of_fds_server_recovers(spawn_server, connect):
     server = spawn_server("raw_asgi:app", "--no-access-log")
     exhaust_fds(server, connect)
@@ -57,6 +61,10 @@ def test_out_of_fds_server_recovers(spawn_server, connect):
     assert connect(server).request("GET", "/hello").status == 200
 
 
+@pytest.mark.single_process(
+    reason="the open-files limit is lowered on the process started; behind the front, "
+    "another process accepts"
+)
 @pytest.mark.ferroloop_only(
     reason="asyncio 3.11's accept loop goes on calling accept() after EMFILE, up to the "
     "backlog, and schedules a retry for each failure: uvicorn on asyncio reports thousands"

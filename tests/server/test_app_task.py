@@ -45,6 +45,10 @@ def test_each_request_runs_in_its_own_task_and_context(server, connect):
         _check_fresh_task(info, value)
 
 
+@pytest.mark.single_process(
+    reason="request tasks are numbered per process; consecutive requests may reach "
+    "different workers"
+)
 @pytest.mark.ferroloop_only(reason="the name ferroloop gives its request tasks")
 def test_request_tasks_are_named_and_numbered(server, connect):
     connection = connect(server)

@@ -287,3 +287,23 @@ def test_workers_replaced_at_their_request_limit_drop_nothing(spawn_server, conn
             fresh.close()
         n += 1
     assert "went away with" not in server.output_text()
+
+
+def test_a_head_not_whole_in_time_gets_the_same_408_from_the_front(spawn_server, connect):
+    """The front holds a connection until its head is whole, so it times the head out itself;
+    its 408 is the one a single process sends: the same body naming the option, with `date`
+    and the `--header` fields."""
+    options = ("--timeout-header", "1", "--header", "x-team:core")
+    answers = []
+    for workers in ((), ("--workers", "2")):
+        server = spawn_server("raw_asgi:app", *options, *workers)
+        connection = connect(server)
+        connection.send(b"GET /hello HTTP/1.1\r\nHo")
+        head, _, body = connection.read_until_close().partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        fields = sorted(line.split(b":", 1)[0].lower() for line in lines[1:])
+        answers.append((lines[0], fields, body))
+    single, front = answers
+    assert single[0] == b"HTTP/1.1 408 Request Timeout"
+    assert b"date" in single[1] and b"x-team" in single[1]
+    assert front == single

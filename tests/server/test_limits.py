@@ -173,6 +173,9 @@ def test_header_timeout_stops_once_the_head_is_complete(serve, connect):
     assert connection.read_response().body == b"abcd"
 
 
+@pytest.mark.single_process(
+    reason="--limit-concurrency is counted by each worker, and idle connections are with the front"
+)
 @pytest.mark.ferroloop_only(
     reason="uvicorn answers 503 from the limit-th connection on; ferroloop once there are "
     "more connections than the limit"
@@ -187,6 +190,9 @@ def test_more_connections_than_the_concurrency_limit_get_503(serve, connect, req
     assert_rejected(third, {503})
 
 
+@pytest.mark.single_process(
+    reason="--limit-concurrency is counted by each worker; the requests may reach different workers"
+)
 @pytest.mark.ferroloop_only(reason="how ferroloop counts app starts it has queued")
 def test_queued_app_starts_count_towards_the_concurrency_limit(
     spawn_server, connect, request_bytes, tmp_path, wait_until

@@ -102,7 +102,7 @@ def test_request_on_an_idle_connection_right_after_sigterm_is_answered(
     first = idle.request("GET", "/hello")
     assert first.status == 200 and first.header("connection") is None
     server.proc.send_signal(signal.SIGTERM)
-    server.wait_for_output("Shutting down")  # the drain has begun: the request comes after it
+    server.wait_for_shutdown_start()  # the drain has begun: the request comes after it
     second = idle.request("GET", "/hello")
     assert second.status == 200 and second.body == b"hello, world"
     assert second.header("connection") == "close"

@@ -458,6 +458,9 @@ def test_sleeping_request_does_not_block_another_connection(serve, connect, thre
     assert sleeper.read_response().body == b"slept"
 
 
+@pytest.mark.single_process(
+    reason="--wsgi-threads bounds each worker's pool; five requests may spread over two workers"
+)
 @ferroloop_only(reason="uvicorn has no --wsgi-threads option")
 def test_wsgi_threads_bounds_concurrent_app_calls(spawn_server, connect):
     server = spawn_server(*WSGI, "--wsgi-threads", "4")

@@ -128,6 +128,8 @@ def start_front(
             limit_headers=config.limit_headers,
             limit_uri=config.limit_uri,
             server_header=config.server_header,
+            date_header=config.date_header,
+            headers=config.encoded_headers,
         )
         logger.info(
             "Front process [%d] finished: %d connection(s) accepted, %d request(s) handed to "

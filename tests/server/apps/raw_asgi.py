@@ -1,7 +1,8 @@
 """A plain ASGI 3 app (no framework) with one endpoint per behaviour the server tests probe.
 
 Results that a test cannot see in the response itself (a disconnect the app observed, how far
-a stream got before the client stopped reading) are kept in this process and read back through
+a stream got before the client stopped reading) are kept in this process (with ``--workers``, in
+a directory all the workers share: ``shared_state.py``) and read back through
 ``/result?key=...`` on a new connection; tests use a fresh key each time.
 
 Lifespan: startup puts ``{"token": "lifespan-state-ok"}`` into the state; if the environment
@@ -26,8 +27,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-RESULTS: dict[str, Any] = {}
-RELEASED: set[str] = set()
+from shared_state import SharedDict
+
+# Shared by the workers of a server started with --workers (see shared_state.py).
+RESULTS = SharedDict("results")
+RELEASED = SharedDict("released")
 
 CHUNK = 65536
 
@@ -329,7 +333,7 @@ async def hold_upload(scope: Any, receive: Any, send: Any) -> None:
 
 
 async def release(scope: Any, receive: Any, send: Any) -> None:
-    RELEASED.add(_query(scope)["key"])
+    RELEASED[_query(scope)["key"]] = True
     await _respond(send, b"released")
 
 

@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import json
 
-RECORDED: dict = {}
+from shared_state import SharedDict
+
+# Shared by the workers of a server started with --workers (see shared_state.py).
+RECORDED = SharedDict("recorded")
 
 
 async def _http(scope, receive, send):
     if scope["path"] == "/last":
-        body = json.dumps(RECORDED).encode()
+        body = json.dumps(dict(RECORDED)).encode()
     else:
         headers = dict(scope["headers"])
         body = json.dumps(

@@ -13,19 +13,19 @@ import io
 import json
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from shared_state import SharedCounter
+
 Environ = dict[str, Any]
 StartResponse = Callable[..., Callable[[bytes], object]]
 
 # How many times the server called close() on a /close-tracking response (PEP 3333 requires it).
-_closes = 0
-_closes_lock = threading.Lock()
+_closes = SharedCounter("closes")
 
 
 def _query(environ: Environ) -> dict[str, str]:
@@ -66,9 +66,7 @@ class _CloseTracking:
         yield b"tracked"
 
     def close(self) -> None:
-        global _closes
-        with _closes_lock:
-            _closes += 1
+        _closes.increment()
 
 
 def _stream(start_response: StartResponse, count: int) -> Iterator[bytes]:
@@ -147,14 +145,13 @@ def _big(environ: Environ, start_response: StartResponse) -> Iterator[bytes]:
 
 
 # How many files /file-wrapper responses closed (PEP 3333: the wrapper's close() closes them).
-_file_closes = 0
+_file_closes = SharedCounter("file-closes")
 
 
 class _TrackedFile(io.FileIO):
     def close(self) -> None:
-        global _file_closes
         if not self.closed:
-            _file_closes += 1
+            _file_closes.increment()
         super().close()
 
 
@@ -237,9 +234,7 @@ def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "7")])
         return _CloseTracking()
     if path == "/close-count":
-        with _closes_lock:
-            count = _closes
-        return _text(start_response, str(count).encode())
+        return _text(start_response, str(_closes.value()).encode())
     if path == "/sleep":
         return _sleep(environ, start_response)
     if path == "/slow":
@@ -251,7 +246,7 @@ def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
     if path == "/file-wrapper":
         return _file_wrapper(environ, start_response)
     if path == "/file-closes":
-        return _text(start_response, str(_file_closes).encode())
+        return _text(start_response, str(_file_closes.value()).encode())
     if path == "/produced":
         return _text(start_response, str(_produced).encode())
     if path == "/status":

@@ -42,7 +42,10 @@ use std::time::Duration;
 
 use crate::clock;
 use crate::handoff::{recv_datagram, ChannelIn, ChannelOut, Kind, Message, Peer};
-use crate::http::{error_response, parse_head, BodyKind, Head, Limits, ServerFields};
+use crate::http::date::DateCache;
+use crate::http::{
+    error_response, parse_head, BodyKind, Head, Limits, ServerFields, HEAD_TIMED_OUT,
+};
 use crate::net;
 use crate::poller::{Events, Interest, Poller};
 
@@ -88,7 +91,11 @@ pub struct Config {
     pub bulk_body: u64,
     pub timeout_keep_alive: f64,
     pub timeout_header: f64,
+    /// What a response the front writes itself (a 408) carries, as the workers' responses do:
+    /// `server: ferroloop`, `date`, and `--header` fields.
     pub server_header: bool,
+    pub date_header: bool,
+    pub extra_headers: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 struct Worker {
@@ -158,6 +165,7 @@ pub struct Front<'a> {
     next_token: u64,
     cursor: usize,
     head: Head,
+    date: DateCache,
     draining: Option<f64>,
     /// The listeners are out of the poller until then (`accept` failed).
     accept_paused: Option<f64>,
@@ -189,6 +197,7 @@ impl<'a> Front<'a> {
             next_token: 1,
             cursor: 0,
             head: Head::default(),
+            date: DateCache::new(),
             draining: None,
             accept_paused: None,
             stats: Stats::default(),
@@ -687,12 +696,15 @@ impl<'a> Front<'a> {
                 continue;
             }
             if conn.header_clock && !conn.buf.is_empty() {
+                // The workers' own 408 (`Conn::on_timer`), fields and all.
+                let date = self.config.date_header.then(|| *self.date.get());
                 let fields = ServerFields {
-                    date: None,
+                    date: date.as_ref().map(|d| &d[..]),
                     server: self.config.server_header.then_some(b"ferroloop"),
-                    extra: &[],
+                    extra: &self.config.extra_headers,
                 };
-                let response = error_response(408, "Request Timeout", &fields, false);
+                let e = HEAD_TIMED_OUT;
+                let response = error_response(e.status, e.reason, &fields, false);
                 let _ = net::send(conn.fd.as_raw_fd(), &response);
             }
             self.close(slot);

@@ -21,6 +21,8 @@ fn config() -> Config {
         timeout_keep_alive: 5.0,
         timeout_header: 5.0,
         server_header: true,
+        date_header: true,
+        extra_headers: Vec::new(),
     }
 }
 

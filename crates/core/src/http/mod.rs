@@ -65,6 +65,13 @@ impl HttpError {
     }
 }
 
+/// The answer to a request head not whole within `--timeout-header`: the same whoever holds
+/// the connection (a server, or the dispatching front).
+pub const HEAD_TIMED_OUT: HttpError = HttpError::new(
+    408,
+    "request head not received in time; raise --timeout-header",
+);
+
 impl fmt::Display for HttpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.status, self.reason)

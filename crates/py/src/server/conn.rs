@@ -25,6 +25,7 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use ferroloop_core::front::{DONE_CLOSED, DONE_KEPT};
 use ferroloop_core::http::{
     error_response, parse_head, BodyDecoder, BodyKind, Framing, Head, HttpError, RequestInfo,
+    HEAD_TIMED_OUT,
 };
 use ferroloop_core::{clock, Flushed, OutQueue};
 use pyo3::exceptions::PyTypeError;
@@ -1003,11 +1004,7 @@ impl Conn {
                 Phase::Idle if st.handoff.is_some() => fx.close = true,
                 Phase::Idle if st.rpos < st.rbuf.len() => {
                     let server = this.server.bind(py).get();
-                    let e = HttpError {
-                        status: 408,
-                        reason: "request head not received in time; raise --timeout-header",
-                    };
-                    Self::reject(py, server, &mut st, &mut fx, &e);
+                    Self::reject(py, server, &mut st, &mut fx, &HEAD_TIMED_OUT);
                     st.deadline = now + LINGER;
                 }
                 // A graceful shutdown: closed write side first, unless a request has arrived.
