@@ -59,6 +59,8 @@ class WorkerChannel:
     sock: socket.socket
     # The scope's "server": the first listener's address.
     server: object
+    # GENERAL, or FAST: bulk work that reaches this worker on a kept connection goes back.
+    lane: str = GENERAL
 
 
 def server_address(sockets: Sequence[socket.socket]) -> object:

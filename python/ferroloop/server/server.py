@@ -188,7 +188,12 @@ class Server:
         if self.config.interface == "wsgi":
             app = self._start_wsgi_pool()
         if channel is not None:
-            options.update(handoff=True, server=channel.server)
+            options.update(
+                handoff=True,
+                server=channel.server,
+                lane=channel.lane,
+                bulk_body=self.config.lane_bulk_body,
+            )
         for sock in [channel.sock] if channel is not None else listeners:
             srv = cls(
                 loop,

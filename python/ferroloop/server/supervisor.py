@@ -224,7 +224,7 @@ class Supervisor:
         channel = front_end = None
         if self.front is not None:
             front_end, worker_end = channel_pair()
-            channel = WorkerChannel(worker_end, self._server_address)
+            channel = WorkerChannel(worker_end, self._server_address, lane)
             parent_only += [front_end, self.front.control]
             sockets = []
         try:

@@ -4,11 +4,13 @@
 //!
 //! A request's path: the front accepts, reads until the request head is whole, chooses a
 //! worker by lane and load, and sends the connection with the bytes it read over the worker's
-//! channel ([`crate::handoff`]). The worker serves the request; once the response is written
-//! and the connection is idle, it sends the connection back (`Return`, with any bytes of the
-//! next request already read), or tells the front it closed it or keeps it (`Done`: an error,
-//! `Connection: close`, a WebSocket). So an idle keep-alive connection belongs to no worker,
-//! and a worker busy with a large upload is never handed the next small request.
+//! channel ([`crate::handoff`]). The worker serves it and keeps it for its next requests until
+//! bulk work starts there (or it stops, or the front drains): then it sends its idle
+//! connections back (`Return`, with any bytes of a next request already read), and each one
+//! whose response completes meanwhile. It tells the front when it closed one or keeps one for
+//! good (`Done`: an error, `Connection: close`, a WebSocket), and when bulk work starts and
+//! ends there. So a worker busy with a large upload holds no idle connection and is handed no
+//! small request while another worker is free.
 //!
 //! Who owns what:
 //! - The front owns the listeners, the idle connections (`conns`) and the requests no worker
@@ -62,6 +64,14 @@ pub const DONE_KEPT: u8 = 1;
 pub const LEAVING: u64 = 0;
 /// See [`LEAVING`].
 pub const DRAINING: u64 = 0;
+/// `detail` of a worker's [`LEAVING`]-token `Done`: bulk work started running there (it gets
+/// no small request while another worker has none).
+pub const BULK_STARTED: u8 = 1;
+/// ... and the last of it ended.
+pub const BULK_ENDED: u8 = 2;
+/// `detail` of a `Return`: the connection's next request, unread in its data, is bulk work
+/// that this (fast-lane) worker does not take.
+pub const RETURN_BULK: u8 = 1;
 
 /// Seconds an idle connection is kept open once the front drains, counted from when it
 /// became idle, for a request its client may already be sending (the same rule and measurement
@@ -112,6 +122,8 @@ struct Worker {
     waiting_to_write: bool,
     /// It said `LEAVING`.
     leaving: bool,
+    /// Bulk work running there, as it told (`BULK_STARTED`, `BULK_ENDED`).
+    bulk_running: bool,
 }
 
 impl Worker {
@@ -119,7 +131,7 @@ impl Worker {
         Load {
             lane: self.lane,
             in_flight: self.handed.len(),
-            bulk_in_flight: self.bulk,
+            bulk_in_flight: self.bulk + usize::from(self.bulk_running),
             leaving: self.leaving,
             oldest: self.handed.values().map(|&(_, at)| at).min().unwrap_or(0),
         }
@@ -306,6 +318,7 @@ impl<'a> Front<'a> {
             bulk: 0,
             waiting_to_write: false,
             leaving: false,
+            bulk_running: false,
         });
         // Requests that waited for a worker go now, in arrival order.
         let waiting: Vec<(Held, bool)> = self.pending.drain(..).collect();
@@ -588,7 +601,11 @@ impl<'a> Front<'a> {
     fn worker_message(&mut self, i: usize, msg: Message) {
         let worker = &mut self.workers[i];
         if msg.kind == Kind::Done && msg.token == LEAVING {
-            worker.leaving = true;
+            match msg.detail {
+                BULK_STARTED => worker.bulk_running = true,
+                BULK_ENDED => worker.bulk_running = false,
+                _ => worker.leaving = true,
+            }
             return;
         }
         if let Some((bulk, _)) = worker.handed.remove(&msg.token) {
@@ -600,6 +617,7 @@ impl<'a> Front<'a> {
             peer,
             fd,
             data,
+            detail,
             ..
         } = msg;
         if kind != Kind::Return {
@@ -620,6 +638,11 @@ impl<'a> Front<'a> {
             idle_since: clock::monotonic(),
             lingering: false,
         };
+        if detail & RETURN_BULK != 0 {
+            // Its next request, whole in `data`, goes to a general worker.
+            self.hand(idle, true);
+            return;
+        }
         let has_data = !idle.buf.is_empty();
         if let Some(slot) = self.watch(idle) {
             // Bytes of the next request may have come back with it; those still in the socket

@@ -144,9 +144,10 @@ pub(super) struct ConnState {
     /// The TLS session of a connection to a TLS server (`tls.rs`): `out` then holds plaintext
     /// and the session the ciphertext.
     pub(super) tls: Option<Box<TlsConn>>,
-    /// The connection came from the dispatching front (`handoff.rs`) and goes back to it once
-    /// its response is written.
+    /// The connection came from the dispatching front (`handoff.rs`) and may go back to it.
     pub(super) handoff: Option<Handoff>,
+    /// Its current request is bulk work this worker counts (`HttpServer::bulk_changed`).
+    pub(super) bulk: bool,
 }
 
 impl ConnState {
@@ -248,6 +249,8 @@ pub(super) struct Effects {
     pub(super) hand_back: bool,
     /// Tell the front what became of a handed-over connection (`Done` with this detail).
     pub(super) front_done: Option<(u64, u8)>,
+    /// Bulk work started (`true`) or ended on this connection (`HttpServer::bulk_changed`).
+    pub(super) bulk: Option<bool>,
 }
 
 #[pyclass(module = "ferroloop._native", name = "Connection", frozen)]
@@ -311,6 +314,7 @@ impl Conn {
                     ws_seq: 0,
                     tls,
                     handoff,
+                    bulk: false,
                 }),
             },
         )?;
@@ -379,6 +383,9 @@ impl Conn {
         }
         if let Some((token, detail)) = fx.front_done {
             HttpServer::tell_front(this.server.bind(py), token, detail)?;
+        }
+        if let Some(started) = fx.bulk {
+            HttpServer::bulk_changed(this.server.bind(py), started)?;
         }
         if fx.advance {
             Self::advance(slf)?;
@@ -584,8 +591,8 @@ impl Conn {
             }
             return false;
         }
-        if st.handoff.is_some() && st.seq > 0 {
-            // A handed-over connection serves one request; the next goes back to the front.
+        if st.handoff.as_ref().is_some_and(|h| h.give_back) {
+            // On its way back to the front: the next request goes with it.
             fx.hand_back = true;
             return false;
         }
@@ -641,6 +648,9 @@ impl Conn {
                     Upgrade::Yes(session) => Some(session),
                     Upgrade::Refused(_) => return false,
                 };
+                if Self::bulk_step(server, st, fx, ws.is_some()) {
+                    return false;
+                }
                 let close_after = st.handoff.as_ref().is_some_and(|h| h.close_after);
                 if ws.is_some() {
                     // A WebSocket stays on this worker: the front counts it no more.
@@ -917,13 +927,14 @@ impl Conn {
     pub(super) fn close_now(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let (reading, writing, waiters, front_done) = {
+        let (reading, writing, waiters, (front_done, bulk_ended)) = {
             let mut st = this.state.borrow(py)?;
             if st.phase == Phase::Closed {
                 return Ok(());
             }
             st.phase = Phase::Closed;
             let front_done = st.handoff.take().map(|h| h.token);
+            let bulk_ended = std::mem::take(&mut st.bulk);
             if st.corked {
                 // Held back only because a batch was running: written as it would have been
                 // at `send()` (say a part sent before the app failed), once, without waiting.
@@ -948,7 +959,7 @@ impl Conn {
                 std::mem::replace(&mut st.reading, false),
                 std::mem::replace(&mut st.writing, false),
                 waiters,
-                front_done,
+                (front_done, bulk_ended),
             )
         };
         let unregistered = (|| {
@@ -968,6 +979,9 @@ impl Conn {
         server.trace_connection(py, this.client.clone_ref(py), false);
         if let Some(token) = front_done {
             HttpServer::tell_front(this.server.bind(py), token, DONE_CLOSED)?;
+        }
+        if bulk_ended {
+            HttpServer::bulk_changed(this.server.bind(py), false)?;
         }
         for (fut, gone) in waiters {
             let value = match gone {
@@ -1001,7 +1015,9 @@ impl Conn {
             match phase {
                 // Still writing its response to a client that does not read: the front never
                 // gets it back.
-                Phase::Idle if st.handoff.is_some() => fx.close = true,
+                Phase::Idle if st.handoff.is_some() && st.rpos == st.rbuf.len() => {
+                    fx.close = true;
+                }
                 Phase::Idle if st.rpos < st.rbuf.len() => {
                     let server = this.server.bind(py).get();
                     Self::reject(py, server, &mut st, &mut fx, &HEAD_TIMED_OUT);

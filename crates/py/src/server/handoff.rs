@@ -4,10 +4,18 @@
 //!
 //! - `HttpServer` made with `handoff=True` watches its socket (the channel) for `Conn`
 //!   messages; each becomes a `Conn` whose read buffer starts with the bytes the front read.
-//! - A handed-over connection serves one request. When the response is complete and the
-//!   connection may be kept alive, it waits until its output is written (`hand_back` is asked
-//!   again after each write), then leaves the poller and goes back as `Return`, with any bytes
-//!   of the next request read meanwhile; our copy of the fd closes once the datagram is sent.
+//! - A handed-over connection stays here for its next requests while the worker "keeps
+//!   connections" (`keeps_connections`: no bulk request runs here, the worker is not stopping,
+//!   the front is not draining), so keep-alive traffic crosses no process. Otherwise, once a
+//!   response is complete and the connection may be kept alive, it is marked `give_back`,
+//!   waits until its output is written (`hand_back` is asked again after each write), leaves
+//!   the poller and goes back as `Return`, with any bytes of the next request read meanwhile;
+//!   our copy of the fd closes once the datagram is sent.
+//! - Bulk work (a body over `--lane-bulk-body`, or chunked) arriving on a kept connection: a
+//!   fast-lane worker gives the connection back with the request unread (`RETURN_BULK`), for a
+//!   general worker; a general worker runs it, and first gives back every idle connection
+//!   (`bulk_changed`), so none waits behind the upload. The front hears when bulk work starts
+//!   and ends here, and sends this worker nothing small meanwhile while another is free.
 //! - A connection that closes here, or stays here as a WebSocket, is reported as `Done`, so
 //!   the front's count of this worker's load stays exact.
 //! - The channel stays watched through a graceful shutdown: the draining front may still hand
@@ -16,12 +24,15 @@
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
-use ferroloop_core::front::{CLOSE_AFTER, DRAINING};
+use ferroloop_core::front::{
+    BULK_ENDED, BULK_STARTED, CLOSE_AFTER, DRAINING, LEAVING, RETURN_BULK,
+};
 use ferroloop_core::handoff::{ChannelIn, ChannelOut, Kind, Message, Peer};
+use ferroloop_core::http::BodyKind;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyTuple};
 
-use super::conn::{Conn, Effects, Phase};
+use super::conn::{Conn, ConnState, Effects, Phase};
 use super::{peer_to_py, HttpServer};
 use crate::event_loop::LoopCore;
 
@@ -32,6 +43,10 @@ pub(crate) struct Handoff {
     pub(super) peer: Peer,
     /// The front is draining: the response says `Connection: close`.
     pub(super) close_after: bool,
+    /// Goes back to the front once idle, instead of staying for its next request.
+    pub(super) give_back: bool,
+    /// Goes back because its next request is bulk work and this is a fast-lane worker.
+    pub(super) bulk_back: bool,
 }
 
 /// The worker's end of its channel to the front.
@@ -45,6 +60,8 @@ pub(crate) struct Channel {
     pub(super) open: bool,
     /// The front drains: every response says `Connection: close`.
     pub(super) draining: bool,
+    /// Bulk requests running here (their connections' `bulk` set).
+    bulk_running: usize,
 }
 
 impl Channel {
@@ -79,6 +96,8 @@ impl HttpServer {
                     if let Some(chan) = this.state.borrow(py)?.channel.as_mut() {
                         chan.draining = true;
                     }
+                    // The front applies its drain rule to the idle connections.
+                    Self::give_back_idle(slf)?;
                 }
                 Ok(Some(_)) => {}
                 Err(e) => {
@@ -103,6 +122,8 @@ impl HttpServer {
             listener: msg.listener,
             peer: msg.peer,
             close_after: msg.detail & CLOSE_AFTER != 0,
+            give_back: false,
+            bulk_back: false,
         };
         let client = peer_to_py(py, msg.peer)?;
         let conn = match Conn::open(slf, raw, client, msg.data, Some(handoff)) {
@@ -119,6 +140,77 @@ impl HttpServer {
             .conns
             .insert(raw, conn.clone_ref(py));
         Conn::advance(conn.bind(py))
+    }
+
+    /// A connection handed here stays for its next request while this is true: the front is
+    /// there and not draining, this worker is not stopping, and no bulk request runs here.
+    pub(super) fn keeps_connections(&self, py: Python<'_>) -> bool {
+        self.state.borrow(py).is_ok_and(|st| {
+            !st.shutting_down
+                && st
+                    .channel
+                    .as_ref()
+                    .is_some_and(|c| c.open && !c.draining && c.bulk_running == 0)
+        })
+    }
+
+    /// This worker is a fast-lane one: bulk work goes back to the front.
+    pub(super) fn fast_lane(&self) -> bool {
+        self.opts().lane_fast
+    }
+
+    /// A bulk request started (`true`) or ended here. The first gives every idle connection
+    /// back to the front, so none waits behind the bulk work; the front hears of both.
+    pub(super) fn bulk_changed(slf: &Bound<'_, Self>, started: bool) -> PyResult<()> {
+        let py = slf.py();
+        let edge = {
+            let mut st = slf.get().state.borrow(py)?;
+            let Some(chan) = st.channel.as_mut() else {
+                return Ok(());
+            };
+            if started {
+                chan.bulk_running += 1;
+                chan.bulk_running == 1
+            } else {
+                chan.bulk_running = chan.bulk_running.saturating_sub(1);
+                chan.bulk_running == 0
+            }
+        };
+        if !edge {
+            return Ok(());
+        }
+        let detail = if started { BULK_STARTED } else { BULK_ENDED };
+        Self::tell_front(slf, LEAVING, detail)?;
+        if started {
+            Self::give_back_idle(slf)?;
+        }
+        Ok(())
+    }
+
+    /// Every idle handed-over connection goes back to the front (once its output is written).
+    pub(super) fn give_back_idle(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let conns: Vec<Py<Conn>> = {
+            let st = slf.get().state.borrow(py)?;
+            st.conns.values().map(|c| c.clone_ref(py)).collect()
+        };
+        for conn in conns {
+            let idle = {
+                let mut st = conn.get().state.borrow(py)?;
+                let idle = st.phase == Phase::Idle;
+                match st.handoff.as_mut() {
+                    Some(h) if idle => {
+                        h.give_back = true;
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if idle {
+                Conn::hand_back(conn.bind(py))?;
+            }
+        }
+        Ok(())
     }
 
     /// Queues `Done` for request `token` (the connection closed, or stays as a WebSocket).
@@ -221,13 +313,42 @@ impl HttpServer {
 }
 
 impl Conn {
+    /// A request head was parsed on a handed-over connection: bulk work (`bulk_body`) is
+    /// counted here (`st.bulk`, `fx.bulk`), or, on a fast-lane worker and a connection it kept,
+    /// goes back to the front unread. Returns whether the connection goes back.
+    pub(super) fn bulk_step(
+        server: &HttpServer,
+        st: &mut ConnState,
+        fx: &mut Effects,
+        upgrade: bool,
+    ) -> bool {
+        let bulk = match st.head.body {
+            BodyKind::Chunked => true,
+            BodyKind::Length(n) => n > server.opts().bulk_body,
+            BodyKind::Empty => false,
+        };
+        let kept = st.seq > 0;
+        let Some(h) = st.handoff.as_mut().filter(|_| bulk && !upgrade) else {
+            return false;
+        };
+        if server.fast_lane() && kept {
+            h.give_back = true;
+            h.bulk_back = true;
+            fx.hand_back = true;
+            return true;
+        }
+        st.bulk = true;
+        fx.bulk = Some(true);
+        false
+    }
+
     /// Gives an idle handed-over connection back to the front, once its output is written.
     pub(super) fn hand_back(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
         let (msg, reading, writing) = {
             let mut st = this.state.borrow(py)?;
-            if st.phase != Phase::Idle || st.handoff.is_none() {
+            if st.phase != Phase::Idle || !st.handoff.as_ref().is_some_and(|h| h.give_back) {
                 return Ok(());
             }
             if !st.corked && !st.out_empty() {
@@ -246,6 +367,7 @@ impl Conn {
             }
             let h = st.handoff.take().expect("checked above");
             st.phase = Phase::Closed;
+            let detail = if h.bulk_back { RETURN_BULK } else { 0 };
             let rpos = st.rpos;
             let data = st.rbuf.split_off(rpos);
             st.rbuf = Vec::new();
@@ -254,7 +376,8 @@ impl Conn {
             // other path away from it, and the poller lets go of it below, before the
             // message carrying it is sent (by `send_to_front`, after this block).
             let fd = unsafe { OwnedFd::from_raw_fd(this.fd) };
-            let msg = Message::conn(Kind::Return, h.token, h.listener, h.peer, fd, data);
+            let mut msg = Message::conn(Kind::Return, h.token, h.listener, h.peer, fd, data);
+            msg.detail = detail;
             (
                 msg,
                 std::mem::replace(&mut st.reading, false),

@@ -79,6 +79,10 @@ pub(crate) struct Options {
     /// WebSocket upgrades are served (`--ws`, on by default); `None`: an upgrade request is an
     /// ordinary HTTP request (`--ws none`).
     pub ws: Option<WsOptions>,
+    /// Behind the front (`handoff.rs`): a body larger than this (or chunked) is bulk work...
+    pub bulk_body: u64,
+    /// ... which this worker, a fast-lane one, gives back to the front.
+    pub lane_fast: bool,
 }
 
 struct ServerState {
@@ -156,7 +160,8 @@ impl HttpServer {
         access_log=None, log_error=None, plain_app=None, native_tasks=true,
         trace_connections=None, ws=true, ws_max_size=16_777_216, ws_max_queue=32,
         ws_ping_interval=Some(20.0), ws_ping_timeout=Some(20.0), ws_per_message_deflate=true, tls_cert=None, tls_key=None,
-        tls_client_ca=None, tls_client_auth=0, tls_versions=None, handoff=false, server=None))]
+        tls_client_ca=None, tls_client_auth=0, tls_versions=None, handoff=false, server=None,
+        lane="general", bulk_body=1_048_576))]
     #[allow(clippy::too_many_arguments)]
     #[allow(
         clippy::fn_params_excessive_bools,
@@ -199,6 +204,8 @@ impl HttpServer {
         tls_versions: Option<Vec<String>>,
         handoff: bool,
         server: Option<Bound<'_, PyAny>>,
+        lane: &str,
+        bulk_body: u64,
     ) -> PyResult<Self> {
         let loop_ = r#loop.cast::<LoopCore>().map_err(|_| {
             PyTypeError::new_err("HttpServer needs a ferroloop loop (ferroloop.new_event_loop())")
@@ -285,6 +292,8 @@ impl HttpServer {
                     ping_timeout: ws_ping_timeout,
                     per_message_deflate: ws_per_message_deflate,
                 }),
+                bulk_body,
+                lane_fast: lane == "fast",
             },
             state: LoopCell::new(ServerState {
                 listening: false,
@@ -442,8 +451,10 @@ impl HttpServer {
         Self::close(slf)?;
         if slf.get().channel_open(slf.py()) && !slf.get().shutting_down(slf.py()) {
             // Behind the front: nothing new for this worker; the front closes the channel
-            // once what it handed here is back.
+            // once what it handed here is back, and the idle connections go back now.
             Self::tell_front(slf, ferroloop_core::front::LEAVING, 0)?;
+            slf.get().state.borrow(slf.py())?.shutting_down = true;
+            Self::give_back_idle(slf)?;
         }
         let py = slf.py();
         let (conns, sweep) = {

@@ -361,6 +361,9 @@ impl Conn {
         let Some(mut req) = st.req.take() else {
             return;
         };
+        if std::mem::take(&mut st.bulk) {
+            fx.bulk = Some(false);
+        }
         server.response_done(py);
         if let (Some(_), Some(facts)) = (server.access_log(), &req.facts) {
             let query = facts.query.bind(py).as_bytes();
@@ -423,12 +426,15 @@ impl Conn {
         if st.eof && st.rpos == st.rbuf.len() {
             reusable = false;
         }
-        if reusable && st.handoff.is_some() {
+        if reusable && st.handoff.is_some() && !server.keeps_connections(py) {
             // Back to the front once the response is written, with what was read of the next
             // request (`Conn::hand_back`).
             st.phase = Phase::Idle;
             st.deadline = clock::monotonic() + server.opts().timeout_keep_alive;
             st.header_clock = false;
+            if let Some(h) = st.handoff.as_mut() {
+                h.give_back = true;
+            }
             fx.hand_back = true;
         } else if reusable {
             st.phase = Phase::Idle;
