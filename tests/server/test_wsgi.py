@@ -604,8 +604,8 @@ def test_the_readme_wsgi_example_serves(serve, connect):
 
 @ferroloop_only(reason="uvicorn's WSGI middleware has no flow control: it queues the whole body")
 @pytest.mark.single_process(
-    reason="the app's count of produced blocks is per worker, and the probe's connection may be kept "
-    "by another worker than the reader's"
+    reason="the app's count of produced blocks is per worker, and the probe's connection "
+    "may be kept by another worker than the reader's"
 )
 def test_generator_is_held_back_while_the_client_does_not_read(serve, connect):
     """A client that stops reading stops the app: the pool thread waits for credit instead of
