@@ -1,7 +1,9 @@
 """A small request next to a large upload on another connection (issue 27, point 3).
 
-The server reads one bounded part of a body per readiness event, asserted as a count (the size
-of each body part the app receives), not as a timing.
+The server reads one bounded part of a body per readiness event, and starts the app of a
+request in the loop iteration that read it. Both are asserted as counts and order (the size of
+each body part the app receives; how many parts an upload received between a small request
+being sent and its app running), not as timings.
 """
 
 from __future__ import annotations
@@ -43,3 +45,19 @@ def test_body_reaches_an_app_that_keeps_up_one_read_at_a_time(server, connect):
     result = upload(connect, server, 8 * MiB)
     assert max(result["sizes"]) <= READ_CHUNK
     assert len(result["sizes"]) >= 8 * MiB // READ_CHUNK
+
+
+@pytest.mark.ferroloop_only(
+    "ferroloop starts an app in the loop iteration that read its request (as uvloop runs "
+    "what I/O callbacks scheduled in the same iteration); asyncio's loop starts it in the next"
+)
+def test_small_request_starts_in_the_iteration_that_read_it(server, connect):
+    """The small request is sent right after the upload's fourth part reached its app. The next
+    poll sees it together with the upload's next read; its app runs at the end of that
+    iteration, when the upload has received at most one more part. Started in the iteration
+    after, it ran once the upload had received two more."""
+    mark_at = 4
+    result = upload(connect, server, 8 * MiB, mark_at=mark_at)
+    assert len(result["sizes"]) > mark_at + 2, "the upload ended before the small request ran"
+    assert result["mark"] is not None
+    assert mark_at <= result["mark"] <= mark_at + 1

@@ -465,14 +465,16 @@ impl Conn {
         };
         Self::apply(slf, fx)?;
         if start {
-            // With native app tasks the app starts from its own ready-queue entry: every
-            // request read in this iteration is parsed first, then each app runs in turn with
-            // its scope, task and coroutine made just before its first step (see
-            // `start_pending`). Otherwise (a task factory, asyncio's Task, debug mode) it
-            // starts now, and its task queues its first step.
+            // With native app tasks the app starts from its own entry at the end of the
+            // running batch: every request read in this iteration is parsed first, then each
+            // app runs in turn with its scope, task and coroutine made just before its first
+            // step (see `start_pending`), still in this iteration, so its response leaves with
+            // the batch's writes (`LoopCore::push_call_at_batch_end`). Otherwise (a task
+            // factory, asyncio's Task, debug mode) it starts now, and its task queues its
+            // first step.
             let core = server.loop_core().bind(py);
             let deferred = server.native_tasks(core)?
-                && LoopCore::push_call(core, slf.as_any(), Self::start_entry)?;
+                && LoopCore::push_call_at_batch_end(core, slf.as_any(), Self::start_entry)?;
             if deferred {
                 server.start_queued(py, true)?;
             } else {
