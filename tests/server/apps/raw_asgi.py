@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import random
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -332,6 +333,48 @@ async def hold_upload(scope: Any, receive: Any, send: Any) -> None:
     await digest(scope, receive, send)
 
 
+async def upload_chunks(scope: Any, receive: Any, send: Any) -> None:
+    """Receive the body one message at a time and answer with the size of each body part.
+
+    With ``mark_at=K`` the app first connects to this server itself and, right after the
+    K-th part arrived, sends ``GET /mark?key=...`` on that connection (from this coroutine, so
+    the small request leaves at a known point of the upload); the answer's ``"mark"`` is how
+    many parts this upload had received when the app of that small request ran.
+    """
+    query = _query(scope)
+    key, mark_at = query["key"], int(query.get("mark_at", "0"))
+    sizes: list[int] = []
+    RESULTS[f"{key}:parts"] = sizes
+    loop = asyncio.get_running_loop()
+    probe = None
+    if mark_at:
+        probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        probe.setblocking(False)
+        await loop.sock_connect(probe, tuple(scope["server"]))
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        sizes.append(len(message["body"]))
+        if probe is not None and len(sizes) == mark_at:
+            # A few dozen bytes into an empty socket buffer: taken at once.
+            probe.send(f"GET /mark?key={key} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        if not message.get("more_body", False):
+            break
+    if probe is not None:
+        answer = await loop.sock_recv(probe, 4096)
+        probe.close()
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+    await _json(send, {"sizes": sizes, "mark": RESULTS.pop(f"{key}:mark", None)})
+
+
+async def mark(scope: Any, receive: Any, send: Any) -> None:
+    """Record how many body parts the upload with this key has received so far."""
+    key = _query(scope)["key"]
+    RESULTS[f"{key}:mark"] = len(RESULTS[f"{key}:parts"])
+    await _respond(send, b"marked")
+
+
 async def release(scope: Any, receive: Any, send: Any) -> None:
     RELEASED[_query(scope)["key"]] = True
     await _respond(send, b"released")
@@ -573,6 +616,8 @@ ROUTES = {
     "/stream": stream,
     "/stream-unbounded": stream_unbounded,
     "/hold-upload": hold_upload,
+    "/upload-chunks": upload_chunks,
+    "/mark": mark,
     "/concurrent-sends": concurrent_sends,
     "/release": release,
     "/slow": slow,

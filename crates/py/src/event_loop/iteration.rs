@@ -5,7 +5,9 @@
 //! 3. queue the reader/writer handles of ready fds, then everything injected from other threads
 //!    (injected Rust tasks run here, as a batch of their own: see step 6);
 //! 4. move due timers (deadline < now + clock resolution) to the ready queue;
-//! 5. run exactly the handles that were ready when step 5 began; later ones wait a turn;
+//! 5. run exactly the handles that were ready when step 5 began; later ones wait a turn, except
+//!    native work queued for the batch's end (`push_call_at_batch_end`: the HTTP server's app
+//!    starts), which runs once the batch's entries have run;
 //! 6. write what the batch held back (`defer_flush`: the HTTP server's responses and small
 //!    WebSocket frames leave together at the end of the batch, as uvloop writes streams in its
 //!    check phase; asyncio transports still write at once).
@@ -161,7 +163,7 @@ impl LoopCore {
     }
 
     /// Step 5: takes the whole ready queue, so handles queued by these callbacks wait for the
-    /// next iteration, without a lock per handle.
+    /// next iteration, without a lock per handle; then runs the work queued for the batch's end.
     fn run_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
@@ -183,16 +185,62 @@ impl LoopCore {
         }
         // Keep the larger allocation for the next iteration.
         this.state.borrow(py)?.ready.recycle(batch);
-        Self::end_batch(slf)
+        let result = Self::run_batch_end(slf, debug);
+        Self::end_batch(slf)?;
+        result
     }
 
-    /// Ends the batch: writes held back during it go out (`defer_flush`), in the order they
-    /// were deferred. A failing flush is reported as a failing callback is.
+    /// Step 5b: the work queued for the end of the batch (`push_call_at_batch_end`), in order.
+    /// On KeyboardInterrupt/SystemExit the rest is left for `end_batch` to queue.
+    fn run_batch_end(slf: &Bound<'_, Self>, debug: bool) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let mut entries = {
+            let mut st = this.state.borrow(py)?;
+            if st.batch_end.is_empty() {
+                return Ok(());
+            }
+            st.in_batch_end = true;
+            std::mem::take(&mut st.batch_end)
+        };
+        let mut result = Ok(());
+        let mut rest = entries.drain(..);
+        for entry in rest.by_ref() {
+            if let Err(e) = Self::run_entry(slf, entry, debug) {
+                result = Err(e);
+                break;
+            }
+        }
+        let unrun: Vec<Ready> = rest.collect();
+        let mut st = this.state.borrow(py)?;
+        // Nothing can have joined `batch_end` while it ran (`in_batch_end`): the unrun rest
+        // goes back, and the emptied vector's allocation is kept otherwise.
+        if unrun.is_empty() {
+            st.batch_end = entries;
+        } else {
+            st.batch_end = unrun;
+        }
+        result
+    }
+
+    /// Ends the batch: work still waiting for its end (after KeyboardInterrupt, or queued by the
+    /// injected Rust tasks' batch) joins the ready queue, and writes held back during it go out
+    /// (`defer_flush`), in the order they were deferred. A failing flush is reported as a
+    /// failing callback is.
     fn end_batch(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let deferred = {
             let mut st = slf.get().state.borrow(py)?;
             st.in_batch = false;
+            st.in_batch_end = false;
+            if !st.batch_end.is_empty() {
+                let State {
+                    ready, batch_end, ..
+                } = &mut *st;
+                for entry in batch_end.drain(..) {
+                    ready.push(entry);
+                }
+            }
             if st.deferred.is_empty() {
                 return Ok(());
             }

@@ -118,6 +118,11 @@ struct State {
     in_batch: bool,
     /// Writes held back (`defer_flush`), flushed in order when the batch ends.
     deferred: Vec<(Py<PyAny>, DeferredFlush)>,
+    /// Native work to run once the running batch's entries have run (`push_call_at_batch_end`).
+    /// Empty outside a batch: `end_batch` queues what is left for the next one.
+    batch_end: Vec<Ready>,
+    /// `batch_end` is running: work queued now waits for the next iteration.
+    in_batch_end: bool,
 }
 
 impl State {
@@ -672,6 +677,36 @@ impl LoopCore {
             target: target.clone().unbind(),
             run,
         })
+    }
+
+    /// Queues native work (`Ready::Call`) to run at the end of the ready batch now running,
+    /// after its other entries and before its held-back writes (`defer_flush`). When no batch
+    /// runs, or the batch's end is running already, it is queued as `push_call` is, so work
+    /// that such work queues again waits for the next iteration. `Ok(false)` in debug mode, as
+    /// `push_call`.
+    ///
+    /// The HTTP server starts the app of a request it has read this way: in the iteration that
+    /// read it, once every connection ready in that iteration has been read, as uvloop runs
+    /// what its I/O callbacks scheduled in the same iteration (its check phase). Queued for the
+    /// next iteration instead, the start waited for another poll and another read of every
+    /// ready connection, a large body's included (`docs/measurements.md`, 2026-11-28).
+    pub(crate) fn push_call_at_batch_end(
+        slf: &Bound<'_, Self>,
+        target: &Bound<'_, PyAny>,
+        run: fn(&Bound<'_, PyAny>) -> PyResult<()>,
+    ) -> PyResult<bool> {
+        let this = slf.get();
+        if !this.flags.closed() && !this.flags.debug() {
+            let mut st = this.state.borrow(slf.py())?;
+            if st.in_batch && !st.in_batch_end {
+                st.batch_end.push(Ready::Call {
+                    target: target.clone().unbind(),
+                    run,
+                });
+                return Ok(true);
+            }
+        }
+        Self::push_call(slf, target, run)
     }
 
     /// Queues an entry made without a `Handle`, unless the loop is in debug mode (`Ok(false)`).

@@ -53,7 +53,10 @@ pub(super) const READ_HIGH: usize = 256 * 1024;
 pub(super) const WRITE_HIGH: usize = 64 * 1024;
 /// ... until the queue is back under this.
 pub(super) const WRITE_LOW: usize = 16 * 1024;
-/// Bytes asked of each `recv`.
+/// Bytes read per readiness event (one `recv`; see `read_available`). A connection streaming
+/// a large body gets this much per loop iteration, so it sets how long a small request on
+/// another connection waits for a turn: uvloop reads 256 KB per event, and uvicorn stops
+/// reading once 64 KiB of body wait for the app.
 pub(super) const READ_CHUNK: usize = 64 * 1024;
 /// Chunked bodies up to this size are copied into the write queue with their framing; larger
 /// ones are written from the app's buffer.
@@ -501,14 +504,16 @@ impl Conn {
         };
         Self::apply(slf, fx)?;
         if start {
-            // With native app tasks the app starts from its own ready-queue entry: every
-            // request read in this iteration is parsed first, then each app runs in turn with
-            // its scope, task and coroutine made just before its first step (see
-            // `start_pending`). Otherwise (a task factory, asyncio's Task, debug mode) it
-            // starts now, and its task queues its first step.
+            // With native app tasks the app starts from its own entry at the end of the
+            // running batch: every request read in this iteration is parsed first, then each
+            // app runs in turn with its scope, task and coroutine made just before its first
+            // step (see `start_pending`), still in this iteration, so its response leaves with
+            // the batch's writes (`LoopCore::push_call_at_batch_end`). Otherwise (a task
+            // factory, asyncio's Task, debug mode) it starts now, and its task queues its
+            // first step.
             let core = server.loop_core().bind(py);
             let deferred = server.native_tasks(core)?
-                && LoopCore::push_call(core, slf.as_any(), Self::start_entry)?;
+                && LoopCore::push_call_at_batch_end(core, slf.as_any(), Self::start_entry)?;
             if deferred {
                 server.start_queued(py, true)?;
             } else {
@@ -1221,28 +1226,34 @@ pub(super) fn after_write(py: Python<'_>, st: &mut ConnState, fx: &mut Effects) 
     }
 }
 
-/// Reads what the socket has (bounded by `READ_HIGH` buffered); returns whether the read failed
-/// (a reset); sets `eof` on an orderly close.
+/// Reads once from the socket: at most `READ_CHUNK` bytes, nothing when `READ_HIGH +
+/// READ_CHUNK` bytes wait already (see `make_room`). Returns whether the read failed (a reset);
+/// sets `eof` on an orderly close.
+///
+/// One read per readiness event, not reads until `EAGAIN`: the poller is level-triggered, so
+/// what is left is reported at the next poll, and a connection streaming a large body gets one
+/// `READ_CHUNK` per loop iteration, like every other ready connection. Reading until `EAGAIN`
+/// took up to 512 KiB per event (the buffer's doubled capacity); copying that, in the kernel
+/// and into the body's `bytes`, lengthened every iteration, and a small request on another
+/// connection waited for two of them.
 pub(super) fn read_available(fd: RawFd, st: &mut ConnState) -> bool {
     if st.tls.is_some() {
         return read_available_tls(fd, st);
     }
+    if !make_room(&mut st.rbuf, &mut st.rpos) {
+        return false;
+    }
+    let len = st.rbuf.len();
+    debug_assert!(st.rbuf.capacity() - len >= READ_CHUNK);
     loop {
-        if !make_room(&mut st.rbuf, &mut st.rpos) {
-            return false;
-        }
-        let spare = st.rbuf.capacity() - st.rbuf.len();
-        let len = st.rbuf.len();
-        // SAFETY: we read into the vector's spare capacity (`spare` bytes after `len`) and set
-        // the length to cover exactly the bytes the kernel wrote.
-        let n = unsafe { libc::recv(fd, st.rbuf.as_mut_ptr().add(len).cast(), spare, 0) };
+        // SAFETY: `make_room` left at least `READ_CHUNK` bytes of spare capacity after `len`;
+        // the kernel writes at most that many there and the length is set to cover exactly
+        // the bytes it wrote.
+        let n = unsafe { libc::recv(fd, st.rbuf.as_mut_ptr().add(len).cast(), READ_CHUNK, 0) };
         if n > 0 {
             // SAFETY: the kernel initialized `n` bytes after `len`.
             unsafe { st.rbuf.set_len(len + n as usize) };
-            if (n as usize) < spare {
-                return false;
-            }
-            continue;
+            return false;
         }
         if n == 0 {
             st.eof = true;
@@ -1267,7 +1278,7 @@ fn make_room(rbuf: &mut Vec<u8>, rpos: &mut usize) -> bool {
     if rbuf.len() - *rpos >= READ_HIGH + READ_CHUNK {
         return false;
     }
-    if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
+    if rbuf.capacity() - rbuf.len() < READ_CHUNK {
         if *rpos > 0 {
             rbuf.drain(..*rpos);
             *rpos = 0;
@@ -1288,20 +1299,17 @@ fn read_available_tls(fd: RawFd, st: &mut ConnState) -> bool {
         ..
     } = st;
     let tls = tls.as_deref_mut().expect("checked by the caller");
-    loop {
-        if !make_room(rbuf, rpos) {
-            return false;
+    if !make_room(rbuf, rpos) {
+        return false;
+    }
+    // One read per readiness event, as without TLS; `read` leaves no plaintext inside the
+    // session, so nothing read waits unseen for a poll that would not report it.
+    match tls.read(fd, rbuf) {
+        tls::Read::Took(_) | tls::Read::WouldBlock => false,
+        tls::Read::Eof => {
+            *eof = true;
+            false
         }
-        match tls.read(fd, rbuf) {
-            // A short read emptied the socket: no second `recv` just to see EAGAIN.
-            tls::Read::Took(n) if n < tls::READ_CHUNK => return false,
-            tls::Read::Took(_) => {}
-            tls::Read::WouldBlock => return false,
-            tls::Read::Eof => {
-                *eof = true;
-                return false;
-            }
-            tls::Read::Failed => return true,
-        }
+        tls::Read::Failed => true,
     }
 }

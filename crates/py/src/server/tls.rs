@@ -8,7 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use rustls::ServerConfig;
 
-pub(super) use ferroloop_core::tls::{Read, TlsConn, READ_CHUNK};
+pub(super) use ferroloop_core::tls::{Read, TlsConn};
 
 /// The `HttpServer` keyword arguments `tls_*`: no certificate and no key is a plain server.
 pub(super) fn from_options(
