@@ -51,6 +51,9 @@ def test_body_reaches_an_app_that_keeps_up_one_read_at_a_time(server, connect):
     "ferroloop starts an app in the loop iteration that read its request (as uvloop runs "
     "what I/O callbacks scheduled in the same iteration); asyncio's loop starts it in the next"
 )
+@pytest.mark.single_process(
+    reason="it checks one loop's order: the small request and the upload must share a worker"
+)
 def test_small_request_starts_in_the_iteration_that_read_it(server, connect):
     """The small request is sent right after the upload's fourth part reached its app. The next
     poll sees it together with the upload's next read; its app runs at the end of that
