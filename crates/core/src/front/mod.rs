@@ -357,7 +357,10 @@ impl<'a> Front<'a> {
         let Some(deadline) = self.draining else {
             return false;
         };
+        // With no worker left, what waits can never be served (the supervisor starts none
+        // while it stops): returning closes it.
         now >= deadline
+            || self.workers.is_empty()
             || (self.conns.iter().all(Option::is_none)
                 && self.pending.is_empty()
                 && self
