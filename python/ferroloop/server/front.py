@@ -134,14 +134,14 @@ def start_front(
             headers=config.encoded_headers,
         )
         logger.info(
-            "Front process [%d] finished: %d connection(s) accepted, %d request(s) handed to "
-            "workers, %d connection(s) lost with a worker.",
+            "Front process [%d] finished: %d connection(s) accepted, %d handed to workers, "
+            "%d given back, %d lost with a worker.",
             os.getpid(),
             accepted,
             dispatched,
+            returned,
             lost,
         )
-        del returned
         status = 0
     except BaseException:
         logger.exception("Front process [%d] failed", os.getpid())
