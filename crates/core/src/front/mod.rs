@@ -37,7 +37,7 @@ mod dispatch;
 
 pub use dispatch::{choose, Lane, Load};
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
@@ -73,11 +73,15 @@ pub const BULK_ENDED: u8 = 2;
 /// that this (fast-lane) worker does not take.
 pub const RETURN_BULK: u8 = 1;
 
-/// Seconds an idle connection is kept open once the front drains, counted from when it
-/// became idle, for a request its client may already be sending (the same rule and measurement
-/// as the workers' own drain, `crates/py/src/server/drain.rs`).
+/// Seconds an idle connection is kept open in a graceful shutdown (the front's drain and each
+/// worker's, `crates/py/src/server/drain.rs`), counted from when it became idle, for a request
+/// its client may already be sending. Measured with the drain tests (50 clients in one process
+/// on a busy 2-core machine): with 0 (idle connections closed at once, write side first) 1-5
+/// requests were lost in about one run in five; with 0.5 s none in 32 runs.
 pub const DRAIN_QUIET: f64 = 0.5;
-/// How long a connection closed by the drain reads and discards before closing for good.
+/// How long a connection closed by a drain reads and discards before closing for good: long
+/// enough for a request that crossed our FIN to be absorbed rather than answered by a reset,
+/// short enough not to hold the process up for a client that never notices the FIN.
 pub const DRAIN_LINGER: f64 = 0.5;
 /// Bytes asked of each read of an idle connection.
 const READ_CHUNK: usize = 64 * 1024;
@@ -114,9 +118,10 @@ struct Worker {
     chan: OwnedFd,
     out: ChannelOut,
     inp: ChannelIn,
-    /// Tokens of the requests handed to it and not yet back: whether each is bulk, and when
-    /// it was handed (monotonic nanoseconds).
-    handed: HashMap<u64, (bool, u64)>,
+    /// Tokens of the connections handed to it and not yet back: whether each is bulk, and when
+    /// it was handed (monotonic nanoseconds). Ordered by token, which grows with time, so the
+    /// first entry is the oldest.
+    handed: BTreeMap<u64, (bool, u64)>,
     bulk: usize,
     /// Its channel is registered for writability (the out queue is not empty).
     waiting_to_write: bool,
@@ -133,7 +138,7 @@ impl Worker {
             in_flight: self.handed.len(),
             bulk_in_flight: self.bulk + usize::from(self.bulk_running),
             leaving: self.leaving,
-            oldest: self.handed.values().map(|&(_, at)| at).min().unwrap_or(0),
+            oldest: self.handed.first_key_value().map_or(0, |(_, &(_, at))| at),
         }
     }
 }
@@ -179,6 +184,9 @@ pub struct Front<'a> {
     head: Head,
     date: DateCache,
     draining: Option<f64>,
+    /// Reused by every read of a held connection and every choice of a worker.
+    read_buf: Vec<u8>,
+    loads: Vec<Load>,
     /// The listeners are out of the poller until then (`accept` failed).
     accept_paused: Option<f64>,
     stats: Stats,
@@ -211,6 +219,8 @@ impl<'a> Front<'a> {
             head: Head::default(),
             date: DateCache::new(),
             draining: None,
+            read_buf: vec![0; READ_CHUNK],
+            loads: Vec::new(),
             accept_paused: None,
             stats: Stats::default(),
             log,
@@ -314,7 +324,7 @@ impl<'a> Front<'a> {
             chan,
             out: ChannelOut::new(),
             inp: ChannelIn::new(),
-            handed: HashMap::new(),
+            handed: BTreeMap::new(),
             bulk: 0,
             waiting_to_write: false,
             leaving: false,
@@ -454,15 +464,10 @@ impl<'a> Front<'a> {
             return;
         }
         if !conn.eof {
-            let start = conn.buf.len();
-            conn.buf.resize(start + READ_CHUNK, 0);
-            match net::recv(conn.fd.as_raw_fd(), &mut conn.buf[start..]) {
-                Ok(Some(0)) => {
-                    conn.buf.truncate(start);
-                    conn.eof = true;
-                }
-                Ok(Some(n)) => conn.buf.truncate(start + n),
-                Ok(None) => conn.buf.truncate(start),
+            match net::recv(conn.fd.as_raw_fd(), &mut self.read_buf) {
+                Ok(Some(0)) => conn.eof = true,
+                Ok(Some(n)) => conn.buf.extend_from_slice(&self.read_buf[..n]),
+                Ok(None) => {}
                 Err(_) => {
                     self.close(slot);
                     return;
@@ -504,10 +509,11 @@ impl<'a> Front<'a> {
 
     /// Sends a connection whose head is whole to the worker the policy picks, or queues it.
     fn hand(&mut self, conn: Held, bulk: bool) {
-        let loads: Vec<Load> = self.workers.iter().map(Worker::load).collect();
+        self.loads.clear();
+        self.loads.extend(self.workers.iter().map(Worker::load));
         // With no general worker at all, bulk work goes wherever it can.
-        let no_general = !loads.iter().any(|l| l.lane == Lane::General);
-        let Some(i) = choose(&loads, bulk && !no_general, self.cursor) else {
+        let no_general = !self.loads.iter().any(|l| l.lane == Lane::General);
+        let Some(i) = choose(&self.loads, bulk && !no_general, self.cursor) else {
             self.pending.push_back((conn, bulk));
             return;
         };

@@ -29,18 +29,11 @@ use pyo3::prelude::*;
 
 use super::conn::{read_available, start_closing, Conn, ConnState, Effects, Phase};
 
-/// Seconds an idle connection is kept open in a graceful shutdown, counted from when it became
-/// idle, for a request the client may already be sending. A keep-alive client reusing its
-/// connection, or a new connection's first request, normally arrives within milliseconds; the
-/// margin is for a loaded client process. Measured with the drain tests (50 clients in one
-/// process on a busy 2-core machine): with 0 (idle connections closed at once, write side
-/// first) 1-5 requests were lost in about one run in five; with 0.5 s none in 32 runs.
-pub(crate) const DRAIN_QUIET: f64 = 0.5;
-/// How long a connection closed by the drain reads and discards before closing for good
-/// (`conn::LINGER` outside a shutdown): long enough for a request that crossed our FIN to be
-/// absorbed rather than answered by a reset, short enough not to hold the process up for a
-/// client that never notices the FIN (an idle pooled connection).
-pub(crate) const DRAIN_LINGER: f64 = 0.5;
+// How long an idle connection is kept open in a graceful shutdown, counted from when it became
+// idle, for a request the client may already be sending, and how long a connection closed by
+// the drain reads and discards before closing for good: one rule for the workers and the front
+// (`ferroloop_core::front`, where they are defined and the measurement behind them is given).
+pub(crate) use ferroloop_core::front::{DRAIN_LINGER, DRAIN_QUIET};
 /// The sweep interval while draining: a quiet connection is closed at most this late.
 pub(crate) const DRAIN_SWEEP: f64 = 0.05;
 
