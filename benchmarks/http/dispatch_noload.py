@@ -1,6 +1,7 @@
 """No load, --workers 2: hello and FastAPI req/s of granian and of ferroloop's dispatch modes.
 
-    python benchmarks/http/dispatch_noload.py
+    python benchmarks/http/dispatch_noload.py   # needs wrk and granian (`make bench-http`
+                                                # installs both)
 
 A first, small measurement of what the dispatching front costs (issue 27: "hello and FastAPI
 req/s with --workers 2 at least 2x granian --workers 2"): `wrk -t1 -c64 -d5s` after a 1 s
