@@ -14,6 +14,7 @@ __all__ = [
     "ClientDisconnected",
     "Connection",
     "DatagramCore",
+    "FrontBoard",
     "Handle",
     "HttpServer",
     "LoopCore",
@@ -244,6 +245,7 @@ def run_front(
     control: int,
     *,
     log: Callable[[str], object],
+    board: FrontBoard | None = None,
     bulk_body: int = 1048576,
     timeout_keep_alive: float = 5.0,
     timeout_header: float = 10.0,
@@ -254,6 +256,15 @@ def run_front(
     date_header: bool = True,
     headers: list[tuple[bytes, bytes]] = ...,
 ) -> tuple[int, int, int, int]: ...
+
+@final
+class FrontBoard:
+    """Shared memory where the front publishes its workers' state (``crates/core/src/front``)."""
+
+    def __new__(cls, capacity: int) -> FrontBoard: ...
+    def snapshot(self) -> dict[str, Any]: ...
+    @property
+    def capacity(self) -> int: ...
 
 @final
 class HttpServer:

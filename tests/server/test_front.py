@@ -310,3 +310,56 @@ def test_a_head_not_whole_in_time_gets_the_same_408_from_the_front(spawn_server,
     assert single[0] == b"HTTP/1.1 408 Request Timeout"
     assert b"date" in single[1] and b"x-team" in single[1]
     assert front == single
+
+
+def test_the_front_publishes_each_worker_s_state_for_its_supervisor():
+    """The board the supervisor reads (``FrontProcess.status()``): the front, a process of its
+    own, lists each worker with its lane and what was handed to it, and its own counts."""
+    from ferroloop.server.config import Config
+    from ferroloop.server.front import channel_pair, start_front
+
+    config = Config("unused:app", workers=1, lane_fast_workers=1)
+    listener = socket.create_server(("127.0.0.1", 0))
+    address = listener.getsockname()
+    front = start_front(config, [listener], None)
+    listener.close()
+    ends = []
+    try:
+        for pid, lane in ((101, "general"), (102, "fast")):
+            front_end, worker_end = channel_pair()
+            front.add_worker(pid, lane, front_end)
+            front_end.close()
+            ends.append(worker_end)
+
+        def status_when(done):
+            deadline = time.monotonic() + 10
+            while True:
+                status = front.status()
+                if done(status):
+                    return status
+                assert time.monotonic() < deadline, status
+                time.sleep(0.01)
+
+        status_when(lambda s: len(s["workers"]) == 2)
+        with socket.create_connection(address) as client:
+            client.sendall(b"POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: 2000000\r\n\r\n")
+            status = status_when(lambda s: s["dispatched"] == 1)
+        general, fast = status["workers"]
+        assert (general["pid"], general["lane"], general["in_flight"]) == (101, "general", 1)
+        assert (general["bulk_in_flight"], general["handed_total"]) == (1, 1)
+        assert 0 < general["oldest_since"] <= time.monotonic()
+        assert (fast["pid"], fast["lane"], fast["in_flight"], fast["oldest_since"]) == (
+            102,
+            "fast",
+            0,
+            None,
+        )
+        assert status["accepted"] == 1 and not status["draining"]
+        assert 0 < status["updated"] <= time.monotonic()
+        front.drain(0.0)
+    finally:
+        for end in ends:
+            end.close()
+        front.close()
+        _, code = os.waitpid(front.pid, 0)
+    assert os.WIFEXITED(code) and os.WEXITSTATUS(code) == 0

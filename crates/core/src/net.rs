@@ -66,6 +66,17 @@ fn set_nodelay(fd: &OwnedFd) {
     }
 }
 
+/// Makes `fd` non-blocking (`O_NONBLOCK`), whatever its opener chose.
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd the caller owns; no memory is passed.
+    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    if flags & libc::O_NONBLOCK == 0 {
+        // SAFETY: as above.
+        cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) })?;
+    }
+    Ok(())
+}
+
 /// One non-blocking `recv` into `buf`: `Ok(Some(0))` at end of stream, `Ok(None)` when
 /// nothing waits.
 pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {

@@ -39,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<server::HttpServer>()?;
     m.add_function(wrap_pyfunction!(server::check_tls, m)?)?;
     m.add_function(wrap_pyfunction!(server::run_front, m)?)?;
+    m.add_class::<server::FrontBoard>()?;
     m.add_class::<server::Conn>()?;
     m.add_class::<server::Cycle>()?;
     m.add_class::<server::Ready>()?;

@@ -11,6 +11,8 @@ request always finds a worker that is not parsing an upload.
 The supervisor talks to the front over the control socket: ``worker PID LANE`` with the
 channel's fd when a worker starts, and ``drain SECONDS`` at shutdown. The front never forks or
 signals; it returns when drained, or when the control socket closes (the supervisor is gone).
+The front publishes each worker's state on a board in shared memory that the supervisor made
+before forking it (``FrontProcess.status()``), for metrics to read without asking.
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from .config import Config
+
+if TYPE_CHECKING:
+    from .._native import FrontBoard
 
 logger = logging.getLogger("ferroloop.error")
 
@@ -75,6 +81,17 @@ def server_address(sockets: Sequence[socket.socket]) -> object:
 class FrontProcess:
     pid: int
     control: socket.socket
+    board: FrontBoard | None = None
+
+    def status(self) -> dict[str, Any] | None:
+        """What the front last published: its counts, its queue (``pending_small``,
+        ``pending_bulk``) and ``workers``, one dict per worker: ``pid``, ``lane``,
+        ``in_flight`` (connections handed to it and not back: a request being served or a
+        keep-alive connection it kept), ``bulk_in_flight``, ``oldest_since`` (when the oldest
+        of those was handed, ``time.monotonic()`` seconds, or ``None``), ``handed_total``,
+        ``bulk_running``, ``leaving``. ``updated`` says when it was written (the front writes
+        after every batch of events and at least every 50 ms). ``None`` without a board."""
+        return None if self.board is None else self.board.snapshot()
 
     def add_worker(self, pid: int, lane: str, front_end: socket.socket) -> None:
         """Gives the front a new worker's channel (``OSError`` if the front is gone)."""
@@ -94,10 +111,19 @@ def _front_log(message: str) -> None:
     logger.warning("Front [%d]: %s", os.getpid(), message)
 
 
+def board_capacity(config: Config) -> int:
+    """Slots for every worker at once, twice over: during a restart the old workers drain
+    while their replacements start."""
+    return 2 * (config.workers + config.lane_fast_workers) + 2
+
+
 def start_front(
     config: Config, sockets: Sequence[socket.socket], die_with_parent: object
 ) -> FrontProcess:
     """Forks the front process; it takes the listening sockets (the caller closes its own)."""
+    from .. import _native
+
+    board = _native.FrontBoard(board_capacity(config))
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -106,7 +132,7 @@ def start_front(
     if pid:
         theirs.close()
         logger.info("Started front process [%d]", pid)
-        return FrontProcess(pid, ours)
+        return FrontProcess(pid, ours, board)
     status = 1
     try:
         ours.close()
@@ -116,13 +142,12 @@ def start_front(
             signal.signal(sig, signal.SIG_IGN)
         if callable(die_with_parent):
             die_with_parent()
-        from .. import _native
-
         listeners = [sock.detach() for sock in sockets]
         accepted, dispatched, returned, lost = _native.run_front(
             listeners,
             theirs.detach(),
             log=_front_log,
+            board=board,
             bulk_body=config.lane_bulk_body,
             timeout_keep_alive=float(config.timeout_keep_alive),
             timeout_header=float(config.timeout_header),

@@ -33,13 +33,16 @@
 //!   front returns when nothing is left or at the drain deadline, and its return closes the
 //!   channels, which tells the workers.
 
+mod board;
 mod dispatch;
 
+pub use board::{Board, FrontState, WorkerState};
 pub use dispatch::{choose, Lane, Load};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock;
@@ -129,6 +132,8 @@ struct Worker {
     leaving: bool,
     /// Bulk work running there, as it told (`BULK_STARTED`, `BULK_ENDED`).
     bulk_running: bool,
+    /// Connections handed to it in all.
+    handed_total: u64,
 }
 
 impl Worker {
@@ -139,6 +144,20 @@ impl Worker {
             bulk_in_flight: self.bulk + usize::from(self.bulk_running),
             leaving: self.leaving,
             oldest: self.handed.first_key_value().map_or(0, |(_, &(_, at))| at),
+        }
+    }
+
+    fn state(&self) -> WorkerState {
+        let load = self.load();
+        WorkerState {
+            id: self.id,
+            fast_lane: self.lane == Lane::Fast,
+            in_flight: load.in_flight as u64,
+            bulk_in_flight: self.bulk as u64,
+            oldest_ns: load.oldest,
+            handed_total: self.handed_total,
+            leaving: self.leaving,
+            bulk_running: self.bulk_running,
         }
     }
 }
@@ -190,6 +209,9 @@ pub struct Front<'a> {
     /// The listeners are out of the poller until then (`accept` failed).
     accept_paused: Option<f64>,
     stats: Stats,
+    /// Where the workers' state is published for other processes, if anywhere.
+    board: Option<Arc<Board>>,
+    board_workers: Vec<WorkerState>,
     log: &'a mut dyn FnMut(&str),
 }
 
@@ -203,6 +225,8 @@ impl<'a> Front<'a> {
         let poller = Poller::new()?;
         poller.add(control.as_raw_fd(), CONTROL, Interest::READ)?;
         for (i, l) in listeners.iter().enumerate() {
+            // Its accept loop must end with `WouldBlock`, not wait in the kernel.
+            net::set_nonblocking(l.as_raw_fd())?;
             poller.add(l.as_raw_fd(), LISTENER + i as u64, Interest::READ)?;
         }
         Ok(Self {
@@ -223,8 +247,41 @@ impl<'a> Front<'a> {
             loads: Vec::new(),
             accept_paused: None,
             stats: Stats::default(),
+            board: None,
+            board_workers: Vec::new(),
             log,
         })
+    }
+
+    /// Publishes the workers' state and the front's counts on `board` after every batch of
+    /// events (and at least every [`SWEEP`]).
+    #[must_use]
+    pub fn with_board(mut self, board: Arc<Board>) -> Self {
+        self.board = Some(board);
+        self
+    }
+
+    fn publish(&mut self, now: f64) {
+        let Some(board) = &self.board else {
+            return;
+        };
+        self.board_workers.clear();
+        self.board_workers
+            .extend(self.workers.iter().map(Worker::state));
+        let pending_bulk = self.pending.iter().filter(|(_, bulk)| *bulk).count() as u64;
+        let front = FrontState {
+            updated_ns: (now * 1e9) as u64,
+            accepted: self.stats.accepted,
+            dispatched: self.stats.dispatched,
+            returned: self.stats.returned,
+            lost_with_worker: self.stats.lost_with_worker,
+            held: (self.conns.len() - self.free.len()) as u64,
+            pending_small: self.pending.len() as u64 - pending_bulk,
+            pending_bulk,
+            draining: self.draining.is_some(),
+            unlisted: 0,
+        };
+        board.publish(front.updated_ns, &front, &self.board_workers);
     }
 
     /// Serves until drained (or the control socket closes); returns the counts.
@@ -255,6 +312,7 @@ impl<'a> Front<'a> {
                 next_sweep = now + SWEEP.as_secs_f64();
                 self.sweep(now);
             }
+            self.publish(now);
             if self.finished(now) {
                 let stats = self.stats;
                 let lost: usize = self.workers.iter().map(|w| w.handed.len()).sum();
@@ -329,6 +387,7 @@ impl<'a> Front<'a> {
             waiting_to_write: false,
             leaving: false,
             bulk_running: false,
+            handed_total: 0,
         });
         // Requests that waited for a worker go now, in arrival order.
         let waiting: Vec<(Held, bool)> = self.pending.drain(..).collect();
@@ -530,6 +589,7 @@ impl<'a> Front<'a> {
             .handed
             .insert(token, (bulk, (clock::monotonic() * 1e9) as u64));
         worker.bulk += usize::from(bulk);
+        worker.handed_total += 1;
         let mut msg = Message::conn(
             Kind::Conn,
             token,

@@ -33,13 +33,20 @@ struct Running {
 }
 
 fn start() -> Running {
+    start_with(None)
+}
+
+fn start_with(board: Option<Arc<Board>>) -> Running {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap();
     let (control, theirs) = channel_pair().unwrap();
     let thread = thread::spawn(move || {
         let mut log = |m: &str| eprintln!("front: {m}");
-        let front = Front::new(vec![OwnedFd::from(listener)], theirs, config(), &mut log).unwrap();
+        let mut front =
+            Front::new(vec![OwnedFd::from(listener)], theirs, config(), &mut log).unwrap();
+        if let Some(board) = board {
+            front = front.with_board(board);
+        }
         front.run().unwrap()
     });
     Running {
@@ -338,5 +345,57 @@ fn a_leaving_worker_gets_nothing_new_and_its_channel_closes_when_it_is_done() {
     assert!(again.data.starts_with(b"GET /again"));
     drop(again);
     send_control(&front.control, "drain 0.2", None);
+    front.thread.join().unwrap();
+}
+
+/// Polls `board` until `done` holds of a snapshot (the front publishes after each batch).
+fn board_until(board: &Board, done: impl Fn(&FrontState, &[WorkerState]) -> bool) {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (front, workers) = board.snapshot();
+        if done(&front, &workers) {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "board never got there: {front:?} {workers:?}"
+        );
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn the_board_shows_each_worker_s_lane_load_and_bulk_work() {
+    let board = Arc::new(Board::new(4).unwrap());
+    let front = start_with(Some(board.clone()));
+    let mut general = FakeWorker::add(&front.control, 11, "general");
+    let _fast = FakeWorker::add(&front.control, 12, "fast");
+    board_until(&board, |_, w| w.len() == 2);
+    let mut client = TcpStream::connect(front.addr).unwrap();
+    client
+        .write_all(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
+        .unwrap();
+    let msg = general.next();
+    board_until(&board, |f, w| {
+        f.accepted == 1 && f.dispatched == 1 && w[0].in_flight == 1 && w[0].bulk_in_flight == 1
+    });
+    let (_, workers) = board.snapshot();
+    let (g, fast) = (workers[0], workers[1]);
+    assert_eq!((g.id, g.fast_lane, g.handed_total), (11, false, 1));
+    assert!(g.oldest_ns > 0 && !g.bulk_running && !g.leaving);
+    assert_eq!(
+        (fast.id, fast.fast_lane, fast.in_flight, fast.oldest_ns),
+        (12, true, 0, 0)
+    );
+    // The worker says bulk work runs there, then answers and gives the connection back.
+    general.out.push(Message::done(LEAVING, BULK_STARTED));
+    assert!(general.out.flush(general.chan.as_raw_fd()).unwrap());
+    board_until(&board, |_, w| w[0].bulk_running);
+    general.serve(msg, "ok");
+    board_until(&board, |f, w| {
+        w[0].in_flight == 0 && w[0].oldest_ns == 0 && f.returned == 1 && f.held == 1
+    });
+    send_control(&front.control, "drain 5", None);
+    board_until(&board, |f, _| f.draining);
     front.thread.join().unwrap();
 }

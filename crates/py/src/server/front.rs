@@ -1,22 +1,87 @@
 //! `run_front(...)`: the dispatching front's process body (`ferroloop_core::front`), for the
 //! supervisor to call in the process it forks for it. It runs with the GIL released and takes
-//! it only to log.
+//! it only to log. `FrontBoard`: the board the front publishes its workers' state on, made by
+//! the supervisor before it forks the front, so the supervisor can read it.
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 
-use ferroloop_core::front::{Config, Front};
+use ferroloop_core::front::{Board, Config, Front};
 use ferroloop_core::http::{valid_field, Limits};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+/// Shared memory where the front publishes each worker's state and its own counts
+/// (`ferroloop_core::front::Board`); a process forked after it was made reads what the front
+/// writes.
+#[pyclass(module = "ferroloop._native", frozen)]
+pub struct FrontBoard {
+    board: Arc<Board>,
+}
+
+#[pymethods]
+impl FrontBoard {
+    #[new]
+    fn new(capacity: usize) -> PyResult<Self> {
+        if capacity == 0 || capacity > 4096 {
+            return Err(PyValueError::new_err("capacity must be 1 to 4096 workers"));
+        }
+        let board = Board::new(capacity)
+            .map_err(|e| PyOSError::new_err(format!("cannot map the front's board: {e}")))?;
+        Ok(Self {
+            board: Arc::new(board),
+        })
+    }
+
+    /// The last state the front published: a dict of its counts and `workers`, a list of one
+    /// dict per worker (times are `time.monotonic()` seconds; `updated` is 0.0 before the
+    /// front's first publish).
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (front, workers) = self.board.snapshot();
+        let out = PyDict::new(py);
+        out.set_item("updated", front.updated_ns as f64 * 1e-9)?;
+        out.set_item("accepted", front.accepted)?;
+        out.set_item("dispatched", front.dispatched)?;
+        out.set_item("returned", front.returned)?;
+        out.set_item("lost_with_worker", front.lost_with_worker)?;
+        out.set_item("held", front.held)?;
+        out.set_item("pending_small", front.pending_small)?;
+        out.set_item("pending_bulk", front.pending_bulk)?;
+        out.set_item("draining", front.draining)?;
+        out.set_item("unlisted", front.unlisted)?;
+        let list = PyList::empty(py);
+        for w in workers {
+            let d = PyDict::new(py);
+            d.set_item("pid", w.id)?;
+            d.set_item("lane", if w.fast_lane { "fast" } else { "general" })?;
+            d.set_item("in_flight", w.in_flight)?;
+            d.set_item("bulk_in_flight", w.bulk_in_flight)?;
+            let since = (w.oldest_ns > 0).then_some(w.oldest_ns as f64 * 1e-9);
+            d.set_item("oldest_since", since)?;
+            d.set_item("handed_total", w.handed_total)?;
+            d.set_item("bulk_running", w.bulk_running)?;
+            d.set_item("leaving", w.leaving)?;
+            list.append(d)?;
+        }
+        out.set_item("workers", list)?;
+        Ok(out)
+    }
+
+    #[getter]
+    fn capacity(&self) -> usize {
+        self.board.capacity()
+    }
+}
 
 /// Serves `listeners` (fds, taken over: they close when the front returns) until the
 /// supervisor says `drain` on `control` (an fd, taken over too) and the draining is done, or
 /// closes `control`. `log(message)` is called for what an operator should see. `server_header`,
 /// `date_header` and `headers` are `HttpServer`'s, for the one response the front writes
-/// itself (408 to a head not whole in time). Returns the counts `(accepted, dispatched,
-/// returned, lost_with_worker)`.
+/// itself (408 to a head not whole in time). `board`: where to publish the workers' state.
+/// Returns the counts `(accepted, dispatched, returned, lost_with_worker)`.
 #[pyfunction]
-#[pyo3(signature = (listeners, control, *, log, bulk_body=1_048_576, timeout_keep_alive=5.0,
+#[pyo3(signature = (listeners, control, *, log, board=None, bulk_body=1_048_576, timeout_keep_alive=5.0,
     timeout_header=10.0, limit_header_size=65536, limit_headers=100, limit_uri=8192,
     server_header=true, date_header=true, headers=Vec::new()))]
 #[allow(clippy::too_many_arguments)]
@@ -25,6 +90,7 @@ pub fn run_front(
     listeners: Vec<RawFd>,
     control: RawFd,
     log: Py<PyAny>,
+    board: Option<PyRef<'_, FrontBoard>>,
     bulk_body: u64,
     timeout_keep_alive: f64,
     timeout_header: f64,
@@ -72,6 +138,7 @@ pub fn run_front(
         .collect();
     // SAFETY: as above.
     let control = unsafe { OwnedFd::from_raw_fd(control) };
+    let board = board.map(|b| b.board.clone());
     let stats = py
         .detach(move || {
             let mut write_log = |message: &str| {
@@ -81,7 +148,11 @@ pub fn run_front(
                     }
                 });
             };
-            Front::new(listeners, control, config, &mut write_log)?.run()
+            let mut front = Front::new(listeners, control, config, &mut write_log)?;
+            if let Some(board) = board {
+                front = front.with_board(board);
+            }
+            front.run()
         })
         .map_err(|e| PyOSError::new_err(format!("the front failed: {e}")))?;
     Ok((

@@ -22,7 +22,7 @@ mod cycle;
 mod drain;
 mod front;
 mod handoff;
-pub use front::run_front;
+pub use front::{run_front, FrontBoard};
 mod receive;
 mod respond;
 mod scope;

@@ -1,0 +1,349 @@
+//! The front's board: the state of each worker behind the front and the front's own counts, in
+//! memory shared with every process forked after the board is made. The supervisor makes it
+//! before it forks the front, so the supervisor (and anything it forks, such as a metrics
+//! exporter) reads what the front writes, with no message between the processes.
+//!
+//! What a worker's slot says is what the front knows of it: the connections handed to it and
+//! not back yet (a request being served, or a keep-alive connection the worker kept for its
+//! next requests), how many of those carry bulk work, since when the oldest was handed, whether
+//! bulk work runs there (the worker's own `BULK_STARTED`/`BULK_ENDED`), whether it is leaving,
+//! and how many connections it was handed in all.
+//!
+//! Invariants:
+//! - One writer: the front's thread ([`Board::publish`]). Readers in other processes only load.
+//! - Every field is an `AtomicU64` of a fixed `#[repr(C)]` layout in one `MAP_SHARED` mapping,
+//!   so each field is read whole; a snapshot is consistent as a whole too: the writer makes
+//!   `seq` odd while it writes and even after, and [`Board::snapshot`] retries until it read
+//!   the same even `seq` before and after (a sequence lock).
+//! - Worker slots past `workers` are stale and not read. A worker beyond the capacity is left
+//!   off the board and counted in `unlisted`.
+
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+/// The front-wide fields.
+#[repr(C)]
+struct Header {
+    seq: AtomicU64,
+    capacity: AtomicU64,
+    /// Monotonic nanoseconds of the last publish: a reader can tell a front that stopped.
+    updated_ns: AtomicU64,
+    accepted: AtomicU64,
+    dispatched: AtomicU64,
+    returned: AtomicU64,
+    lost_with_worker: AtomicU64,
+    /// Idle connections the front holds.
+    held: AtomicU64,
+    /// Requests with a whole head waiting for a worker that may take them, small and bulk.
+    pending_small: AtomicU64,
+    pending_bulk: AtomicU64,
+    draining: AtomicU64,
+    workers: AtomicU64,
+    unlisted: AtomicU64,
+}
+
+/// One worker's fields.
+#[repr(C)]
+struct Slot {
+    id: AtomicU64,
+    /// 0 general, 1 fast.
+    lane: AtomicU64,
+    in_flight: AtomicU64,
+    bulk_in_flight: AtomicU64,
+    /// Monotonic nanoseconds when the oldest connection in flight was handed; 0 with none.
+    oldest_ns: AtomicU64,
+    handed_total: AtomicU64,
+    /// Bit 0: leaving; bit 1: bulk work running there.
+    flags: AtomicU64,
+}
+
+const LEAVING: u64 = 1;
+const BULK_RUNNING: u64 = 2;
+
+/// What the front publishes about one worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WorkerState {
+    pub id: u32,
+    pub fast_lane: bool,
+    pub in_flight: u64,
+    pub bulk_in_flight: u64,
+    pub oldest_ns: u64,
+    pub handed_total: u64,
+    pub leaving: bool,
+    pub bulk_running: bool,
+}
+
+/// What the front publishes about itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FrontState {
+    pub updated_ns: u64,
+    pub accepted: u64,
+    pub dispatched: u64,
+    pub returned: u64,
+    pub lost_with_worker: u64,
+    pub held: u64,
+    pub pending_small: u64,
+    pub pending_bulk: u64,
+    pub draining: bool,
+    /// Workers the board had no slot for.
+    pub unlisted: u64,
+}
+
+/// A board for up to `capacity` workers (see the module's documentation).
+#[derive(Debug)]
+pub struct Board {
+    base: NonNull<u8>,
+    len: usize,
+    capacity: usize,
+}
+
+// SAFETY: the mapping is only accessed through atomics (`Header`, `Slot`), and `Board` owns it
+// (unmapped once, in `drop`); sharing or moving it between threads is what atomics allow.
+unsafe impl Send for Board {}
+// SAFETY: as above.
+unsafe impl Sync for Board {}
+
+impl Board {
+    /// Maps a zeroed board (shared with processes forked from now on).
+    pub fn new(capacity: usize) -> io::Result<Self> {
+        let len = std::mem::size_of::<Header>() + capacity * std::mem::size_of::<Slot>();
+        // SAFETY: an anonymous mapping at an address the kernel picks; no memory of ours is
+        // touched. The result is checked against MAP_FAILED.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(base.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
+        let board = Self {
+            base,
+            len,
+            capacity,
+        };
+        board
+            .header()
+            .capacity
+            .store(capacity as u64, Ordering::Relaxed);
+        Ok(board)
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    // The mapping is page-aligned (`mmap`), so aligned for `Header`.
+    #[allow(clippy::cast_ptr_alignment)]
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a `Header` (page-aligned, so aligned for it), is
+        // zero-initialised by the kernel (a valid `AtomicU64` bit pattern) and lives as long
+        // as `self`.
+        unsafe { &*self.base.as_ptr().cast::<Header>() }
+    }
+
+    // The slots start 8-aligned: the mapping is page-aligned and `Header`'s size is a multiple
+    // of 8.
+    #[allow(clippy::cast_ptr_alignment)]
+    fn slot(&self, i: usize) -> &Slot {
+        assert!(i < self.capacity);
+        // SAFETY: `capacity` slots follow the header inside the mapping (`new`); both sizes
+        // are multiples of 8, so each slot is aligned. Zeroed atomics, valid as in `header`.
+        unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(std::mem::size_of::<Header>())
+                .cast::<Slot>()
+                .add(i)
+        }
+    }
+
+    /// Writes a new state (the front's thread only: one writer).
+    pub fn publish(&self, now_ns: u64, front: &FrontState, workers: &[WorkerState]) {
+        let h = self.header();
+        let seq = h.seq.load(Ordering::Relaxed);
+        h.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+        // The odd `seq` is visible before any field written after it.
+        fence(Ordering::Release);
+        let r = Ordering::Relaxed;
+        h.updated_ns.store(now_ns, r);
+        h.accepted.store(front.accepted, r);
+        h.dispatched.store(front.dispatched, r);
+        h.returned.store(front.returned, r);
+        h.lost_with_worker.store(front.lost_with_worker, r);
+        h.held.store(front.held, r);
+        h.pending_small.store(front.pending_small, r);
+        h.pending_bulk.store(front.pending_bulk, r);
+        h.draining.store(u64::from(front.draining), r);
+        let listed = workers.len().min(self.capacity);
+        h.workers.store(listed as u64, r);
+        h.unlisted.store((workers.len() - listed) as u64, r);
+        for (i, w) in workers.iter().take(listed).enumerate() {
+            let s = self.slot(i);
+            s.id.store(u64::from(w.id), r);
+            s.lane.store(u64::from(w.fast_lane), r);
+            s.in_flight.store(w.in_flight, r);
+            s.bulk_in_flight.store(w.bulk_in_flight, r);
+            s.oldest_ns.store(w.oldest_ns, r);
+            s.handed_total.store(w.handed_total, r);
+            let flags =
+                if w.leaving { LEAVING } else { 0 } | if w.bulk_running { BULK_RUNNING } else { 0 };
+            s.flags.store(flags, r);
+        }
+        h.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+
+    /// A consistent copy of the last state published (all zeros before the first).
+    pub fn snapshot(&self) -> (FrontState, Vec<WorkerState>) {
+        let h = self.header();
+        let r = Ordering::Relaxed;
+        loop {
+            let before = h.seq.load(Ordering::Acquire);
+            if before % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let front = FrontState {
+                updated_ns: h.updated_ns.load(r),
+                accepted: h.accepted.load(r),
+                dispatched: h.dispatched.load(r),
+                returned: h.returned.load(r),
+                lost_with_worker: h.lost_with_worker.load(r),
+                held: h.held.load(r),
+                pending_small: h.pending_small.load(r),
+                pending_bulk: h.pending_bulk.load(r),
+                draining: h.draining.load(r) != 0,
+                unlisted: h.unlisted.load(r),
+            };
+            let listed = (h.workers.load(r) as usize).min(self.capacity);
+            let workers = (0..listed)
+                .map(|i| {
+                    let s = self.slot(i);
+                    let flags = s.flags.load(r);
+                    WorkerState {
+                        id: s.id.load(r) as u32,
+                        fast_lane: s.lane.load(r) != 0,
+                        in_flight: s.in_flight.load(r),
+                        bulk_in_flight: s.bulk_in_flight.load(r),
+                        oldest_ns: s.oldest_ns.load(r),
+                        handed_total: s.handed_total.load(r),
+                        leaving: flags & LEAVING != 0,
+                        bulk_running: flags & BULK_RUNNING != 0,
+                    }
+                })
+                .collect();
+            // The fields' loads happen before the second load of `seq`.
+            fence(Ordering::Acquire);
+            if h.seq.load(r) == before {
+                return (front, workers);
+            }
+        }
+    }
+}
+
+impl Drop for Board {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are the mapping `new` made, unmapped only here; no reference
+        // into it outlives `self` (they borrow it).
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(id: u32, in_flight: u64) -> WorkerState {
+        WorkerState {
+            id,
+            in_flight,
+            handed_total: in_flight * 10,
+            ..WorkerState::default()
+        }
+    }
+
+    #[test]
+    fn a_snapshot_reads_what_was_published() {
+        let board = Board::new(4).unwrap();
+        assert_eq!(board.snapshot(), (FrontState::default(), Vec::new()));
+        let front = FrontState {
+            updated_ns: 5,
+            accepted: 3,
+            pending_bulk: 1,
+            draining: true,
+            ..FrontState::default()
+        };
+        let mut fast = worker(8, 2);
+        fast.fast_lane = true;
+        fast.bulk_running = true;
+        fast.leaving = true;
+        board.publish(5, &front, &[worker(7, 1), fast]);
+        let (f, w) = board.snapshot();
+        assert_eq!(f, front);
+        assert_eq!(w, vec![worker(7, 1), fast]);
+        // Fewer workers later: the stale slot is not read.
+        board.publish(6, &front, &[worker(9, 0)]);
+        assert_eq!(board.snapshot().1, vec![worker(9, 0)]);
+    }
+
+    #[test]
+    fn workers_beyond_the_capacity_are_counted_not_listed() {
+        let board = Board::new(1).unwrap();
+        board.publish(
+            1,
+            &FrontState::default(),
+            &[worker(1, 0), worker(2, 0), worker(3, 0)],
+        );
+        let (f, w) = board.snapshot();
+        assert_eq!((f.unlisted, w.len()), (2, 1));
+    }
+
+    #[test]
+    fn a_forked_process_reads_what_the_parent_publishes_after_the_fork() {
+        let board = Board::new(2).unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: a pipe into a local array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let [r, wr] = fds;
+        // SAFETY: the child only reads the board, writes one byte and exits with `_exit`
+        // (no allocation, no lock taken after the fork in a multi-threaded test process).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let mut byte = [0u8; 1];
+            // SAFETY: reads into a local byte; `_exit` ends the child without unwinding.
+            unsafe {
+                libc::read(r, byte.as_mut_ptr().cast(), 1);
+                let header = board.header();
+                let ok = header.accepted.load(Ordering::Acquire) == 42
+                    && board.slot(0).id.load(Ordering::Acquire) == 77;
+                libc::_exit(i32::from(!ok));
+            }
+        }
+        let front = FrontState {
+            accepted: 42,
+            ..FrontState::default()
+        };
+        board.publish(1, &front, &[worker(77, 1)]);
+        // SAFETY: writes one byte from a local; then waits for the child.
+        let status = unsafe {
+            libc::write(wr, [1u8].as_ptr().cast(), 1);
+            let mut status = 0;
+            libc::waitpid(pid, &raw mut status, 0);
+            libc::close(r);
+            libc::close(wr);
+            status
+        };
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    }
+}
