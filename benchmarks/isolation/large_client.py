@@ -1,17 +1,19 @@
 """The large-upload clients of benchmarks/isolation: CONNS connections posting one body in a loop.
 
-    python large_client.py PORT PATH BODY_FILE EXPECT_COUNT CONNS END_NS
+    python large_client.py PORT PATH BODY_FILE EXPECT_COUNT CONNS END_NS [RATE]
 
 Each connection is a thread with a raw socket (HTTP/1.1 keep-alive): it sends `POST PATH` with
 `Content-Type: application/json`, `Content-Length` and the body read once from BODY_FILE, reads
 the response (status line, headers, Content-Length body), checks it is a 200 with
 `{"count": EXPECT_COUNT, "pid": PID}`, and sends the next one at once: a closed loop per
-connection, as a client uploading files one after another. The body's bytes are the same object
-for every send, and `sendall` copies them to the kernel without holding the GIL, so the client
-costs little CPU besides the kernel's copy. END_NS is a CLOCK_MONOTONIC time
-(`time.monotonic_ns()`): every socket operation's timeout runs out then, so the process ends
-within a moment of it even if the server stops answering. The runner counts the uploads
-answered in its measured window.
+connection, as a client uploading files one after another. With RATE (uploads per second over
+all connections, above 0) each connection paces itself at RATE/CONNS instead: its next upload
+starts at its scheduled time, or at once when the previous answer came later (no backlog).
+The body's bytes are the same object for every send, and `sendall` copies them to the kernel
+without holding the GIL, so the client costs little CPU besides the kernel's copy. END_NS is a
+CLOCK_MONOTONIC time (`time.monotonic_ns()`): every socket operation's timeout runs out then,
+so the process ends within a moment of it even if the server stops answering. The runner
+counts the uploads answered in its measured window.
 
 Prints one line: `RESULT {"done": [[sent_ns, answered_ns], ...], "errors": N, "first_error":
 "...", "in_flight": N, "pids": [PID, ...], "cpu_s": S}` (every answered upload, warm-up
@@ -62,10 +64,25 @@ def read_response(sock: socket.socket, end_ns: int) -> tuple[bytes, bytes]:
 
 
 def upload_loop(
-    conn: int, port: int, head: bytes, body: bytes, expect: int, end_ns: int, out: dict
+    conn: int,
+    port: int,
+    head: bytes,
+    body: bytes,
+    expect: int,
+    end_ns: int,
+    out: dict,
+    period_ns: int = 0,
 ) -> None:
     sock = None
+    next_ns = time.monotonic_ns() + conn * period_ns // max(1, len(out["pids"]))
     while time.monotonic_ns() < end_ns:
+        if period_ns:
+            wait_ns = min(next_ns, end_ns) - time.monotonic_ns()
+            if wait_ns > 0:
+                time.sleep(wait_ns / 1e9)
+            if time.monotonic_ns() >= end_ns:
+                break
+            next_ns = max(next_ns, time.monotonic_ns()) + period_ns
         sent_ns = time.monotonic_ns()
         try:
             if sock is None:
@@ -101,7 +118,8 @@ def upload_loop(
 
 
 def main(argv: list[str]) -> int:
-    port, path, body_file, count, conns, end_ns = argv
+    port, path, body_file, count, conns, end_ns, *rest = argv
+    rate = float(rest[0]) if rest else 0.0
     with open(body_file, "rb") as f:
         body = f.read()
     head = (
@@ -110,10 +128,11 @@ def main(argv: list[str]) -> int:
     ).encode()
     conns = int(conns)
     out = {"done": [], "errors": 0, "first_error": "", "in_flight": 0, "pids": [None] * conns}
+    period_ns = int(conns / rate * 1e9) if rate > 0 else 0
     threads = [
         threading.Thread(
             target=upload_loop,
-            args=(i, int(port), head, body, int(count), int(end_ns), out),
+            args=(i, int(port), head, body, int(count), int(end_ns), out, period_ns),
             daemon=True,
         )
         for i in range(conns)

@@ -217,6 +217,17 @@ def markdown(meta: dict, cells: list[dict], summaries: list[dict], rows: list[di
         else "NOT pinned"
     )
     before, after = meta["load_avg_1min"]
+    upload_rate, small_rate = meta.get("upload_rate", 0), meta.get("small_rate", 0)
+    uploads = f"paced at {upload_rate:g} uploads/s in all" if upload_rate else "in a closed loop"
+    paced = []
+    if upload_rate or small_rate:
+        paced = [
+            "- **paced run**: "
+            + (f"the small client sends {small_rate:g} requests/s" if small_rate else
+               "the small client runs a closed loop")
+            + "; issue 27's targets are defined for the closed loop (benchmarks/results/"
+            "isolation.md): the rows below apply them to this run only for comparison",
+        ]  # fmt: skip
     lines = [
         "# Isolation: small requests while large JSON uploads are parsed",
         "",
@@ -229,9 +240,10 @@ def markdown(meta: dict, cells: list[dict], summaries: list[dict], rows: list[di
         f"- machine load (1-minute load average): {before:.2f} at start, {after:.2f} at end "
         f"(the run itself adds about 2-3)",
         *([other_line] if other_line else []),
+        *paced,
         f"- per cell: a fresh server; unloaded: {meta['warmup_s_unloaded']} s warm-up, "
         f"{meta['duration_s_unloaded']} s measured; loaded: {meta['large_connections']} upload "
-        f"connections in a closed loop, {meta['warmup_s_loaded']} s warm-up, "
+        f"connections {uploads}, {meta['warmup_s_loaded']} s warm-up, "
         f"{meta['duration_s_loaded']} s measured; {meta['repeats']} run(s) per cell, "
         f"interleaved",
         "- bodies: "
@@ -312,23 +324,24 @@ def plot(meta: dict, cells: list[dict], summaries: list[dict], path: Path) -> No
     plt.close(fig)
 
 
-def write_all(out: Path, meta: dict, cells: list[dict]) -> str:
-    """Write isolation.md, isolation.json and isolation.png to `out`; returns the markdown."""
+def write_all(out: Path, meta: dict, cells: list[dict], name: str = "isolation") -> str:
+    """Write NAME.md, NAME.json and NAME.png to `out`; returns the markdown."""
     out.mkdir(parents=True, exist_ok=True)
     summaries = [summarize(cell) for cell in cells]
     rows = targets(cells, summaries)
     text = markdown(meta, cells, summaries, rows)
-    (out / "isolation.md").write_text(text)
+    (out / f"{name}.md").write_text(text)
     payload = {"meta": meta, "targets": rows, "summaries": summaries, "cells": cells}
-    (out / "isolation.json").write_text(json.dumps(payload, indent=1) + "\n")
-    plot(meta, cells, summaries, out / "isolation.png")
+    (out / f"{name}.json").write_text(json.dumps(payload, indent=1) + "\n")
+    plot(meta, cells, summaries, out / f"{name}.png")
     return text
 
 
 def main(argv: list[str]) -> int:
     out = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent / "results"
-    payload = json.loads((out / "isolation.json").read_text())
-    print(write_all(out, payload["meta"], payload["cells"]))
+    name = argv[1] if len(argv) > 1 else "isolation"
+    payload = json.loads((out / f"{name}.json").read_text())
+    print(write_all(out, payload["meta"], payload["cells"], name))
     return 0
 
 

@@ -2,7 +2,7 @@
 
     python benchmarks/isolation/run.py [--servers granian,uvicorn,gunicorn,ferroloop]
         [--workers 1,2] [--shapes keepalive,close] [--bodies list,string] [--duration 12]
-        [--repeats 1] [--quick] [--out DIR]
+        [--repeats 1] [--quick] [--out DIR] [--small-rate R] [--upload-rate R] [--name NAME]
 
 The scenario users describe when they leave uvicorn: a FastAPI app (`upload_app.py`) with a
 pydantic endpoint taking large JSON uploads, and a `GET /ping` that must stay fast meanwhile.
@@ -19,6 +19,12 @@ The small client (`small_client.c`, compiled with cc at start) keeps one `GET /p
 on one keep-alive connection or on a new connection per request, and records every latency.
 The large client (`large_client.py`) sends pre-built body bytes on raw sockets. Results:
 benchmarks/results/isolation.{md,json,png}; see benchmarks/README.md.
+
+`--small-rate` and `--upload-rate` pace the clients instead of running them in a closed loop
+(requests or uploads per second), so every server is asked for the same work: with a closed
+loop, a server that answers small requests faster is asked for more of them, and on 2 cores
+that CPU comes out of the uploads' share (and the other way round). A paced run is written
+under `--name` (default `isolation_paced` when a rate is set).
 """
 
 from __future__ import annotations
@@ -106,10 +112,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--quick", action="store_true", help="smoke run: list body, 4 s loaded, 2 s unloaded"
     )
     parser.add_argument("--client-cpus", default="1", help="taskset list for the clients (1)")
+    parser.add_argument(
+        "--small-rate", type=float, default=0, help="pace the small client (req/s; 0: closed loop)"
+    )
+    parser.add_argument(
+        "--upload-rate", type=float, default=0, help="pace the uploads (per s; 0: closed loop)"
+    )
+    parser.add_argument("--name", default="", help="result file name (isolation[_paced])")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"output dir ({RESULTS})")
     args = parser.parse_args(argv)
     if args.quick:
         args.bodies, args.duration, args.warmup, args.unloaded = "list", 4, 1, 2
+    paced = args.small_rate > 0 or args.upload_rate > 0
+    args.name = args.name or ("isolation_paced" if paced else "isolation")
     args.servers = [n for n in commands.NAMES if n in csv(args.servers)]
     args.bodies = [k for k in kinds if k in csv(args.bodies)]
     args.shapes = [s for s in SHAPES if s in csv(args.shapes)]
@@ -199,7 +214,8 @@ def cpu_snapshot(server: servers.ServerProcess, clients: list[subprocess.Popen])
 
 def measure_phase(exe: str, proc: servers.ServerProcess, shape: str, warmup_s: float,
                   duration_s: float, pin: list[str], workdir: Path,
-                  large_cmd: list[str] | None = None) -> dict:  # fmt: skip
+                  large_cmd: list[str] | None = None, small_rate: float = 0,
+                  upload_rate: float = 0) -> dict:  # fmt: skip
     """One phase: optional large clients from now on, the small client measuring after the
     warm-up for duration_s; returns the small client's stats, the large uploads answered in
     the window, and the CPU shares."""
@@ -210,12 +226,13 @@ def measure_phase(exe: str, proc: servers.ServerProcess, shape: str, warmup_s: f
     try:
         if large_cmd is not None:
             large = subprocess.Popen(
-                [*pin, *large_cmd, str(end_ns)], stdout=subprocess.PIPE,
+                [*pin, *large_cmd, str(end_ns), str(upload_rate)], stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
         samples_path = workdir / "samples.bin"
         small = subprocess.Popen(
-            [*pin, exe, str(proc.port), shape, str(start_ns), str(end_ns), str(samples_path)],
+            [*pin, exe, str(proc.port), shape, str(start_ns), str(end_ns), str(samples_path),
+             str(small_rate)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         clients = [small] + ([large] if large else [])
@@ -285,11 +302,13 @@ def measure(name: str, workers: int, shape: str, kind: str, args, exe: str, work
         wait_for_workers(cell_dir, workers, proc)
         large_cmd[2] = str(proc.port)
         sample["unloaded"] = measure_phase(
-            exe, proc, shape, UNLOADED_WARMUP_S, args.unloaded, pin_clients, cell_dir
-        )
+            exe, proc, shape, UNLOADED_WARMUP_S, args.unloaded, pin_clients, cell_dir,
+            small_rate=args.small_rate,
+        )  # fmt: skip
         sample["loaded"] = measure_phase(
-            exe, proc, shape, args.warmup, args.duration, pin_clients, cell_dir, large_cmd
-        )
+            exe, proc, shape, args.warmup, args.duration, pin_clients, cell_dir, large_cmd,
+            small_rate=args.small_rate, upload_rate=args.upload_rate,
+        )  # fmt: skip
         if not proc.alive():
             raise servers.ServerDied(f"exited during the measurement\n{proc.log_tail()}")
         check_ping(servers.HOST, proc.port)
@@ -429,8 +448,10 @@ def main(argv: list[str]) -> int:
         "repeats": args.repeats,
         "server_cpus": {w: server_cpus(w) for w in args.workers},
         "client_cpus": args.client_cpus,
+        "small_rate": args.small_rate,
+        "upload_rate": args.upload_rate,
     }
-    text = report.write_all(args.out, meta, results)
+    text = report.write_all(args.out, meta, results, args.name)
     print(text)
     print(f"total time: {meta['duration_s'] / 60:.1f} min", file=sys.stderr)
     return 0

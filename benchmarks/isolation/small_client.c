@@ -1,12 +1,14 @@
 /* The small-request client of benchmarks/isolation: one request in flight, latency of each.
  *
- *   small_client PORT MODE START_NS END_NS SAMPLES_FILE
+ *   small_client PORT MODE START_NS END_NS SAMPLES_FILE [RATE]
  *
  * MODE is `keepalive` (one connection, reused; reopened only if the server closes it) or
  * `close` (a new connection per request, sent with `Connection: close`; the latency includes
  * the connect). The client sends `GET /ping` to 127.0.0.1:PORT, reads the response (status
  * line, headers, Content-Length body), checks it is a 200 with the body `{"ping":"pong"}`, and
- * sends the next request at once: a closed loop of one. START_NS and END_NS are
+ * sends the next request at once: a closed loop of one. With RATE (requests per second, above
+ * 0) it paces itself instead: request k is sent at its scheduled time START + k/RATE, or at
+ * once when the previous answer came later than that (one request in flight, no backlog kept). START_NS and END_NS are
  * CLOCK_MONOTONIC times (Python's time.monotonic_ns()): requests sent before START_NS are the
  * warm-up; every request sent from START_NS on and answered by END_NS is a sample, its latency
  * (send of the request, or the connect in `close` mode, to the last byte of the response, from
@@ -191,10 +193,13 @@ static void close_after_server(int fd) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s PORT keepalive|close START_NS END_NS SAMPLES_FILE\n", argv[0]);
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: %s PORT keepalive|close START_NS END_NS SAMPLES_FILE [RATE]\n",
+                argv[0]);
         return 1;
     }
+    double rate = argc == 7 ? atof(argv[6]) : 0.0;
+    uint64_t period = rate > 0 ? (uint64_t)(1e9 / rate) : 0, next_send = 0;
     int port = atoi(argv[1]);
     int keepalive = strcmp(argv[2], "keepalive") == 0;
     if (!keepalive && strcmp(argv[2], "close") != 0) {
@@ -248,6 +253,20 @@ int main(int argc, char **argv) {
                 reconnects += count || warmup;
                 continue; /* t0 is taken again for the first timed request */
             }
+        }
+        if (period) {
+            uint64_t now = now_ns();
+            if (next_send > now) {
+                uint64_t wake = next_send < end_ns ? next_send : end_ns;
+                struct timespec ts = {(time_t)((wake - now) / 1000000000u),
+                                      (long)((wake - now) % 1000000000u)};
+                nanosleep(&ts, NULL);
+                if (now_ns() >= end_ns) {
+                    break;
+                }
+            }
+            next_send = (next_send > now ? next_send : now) + period;
+            t0 = now_ns();
         }
         ssize_t sent = send(fd, request, (size_t)request_len, MSG_NOSIGNAL);
         if (sent != request_len) { /* a fresh small request fits any socket buffer */
