@@ -246,6 +246,7 @@ def run_front(
     *,
     log: Callable[[str], object],
     board: FrontBoard | None = None,
+    trace_connections: Callable[[Any, bool], object] | None = None,
     bulk_body: int = 1048576,
     timeout_keep_alive: float = 5.0,
     timeout_header: float = 10.0,

@@ -155,9 +155,6 @@ def test_no_asgi_messages_are_logged_below_trace_level(serve, connect):
     assert " ASGI [" not in output
 
 
-@pytest.mark.single_process(
-    reason="connections are accepted and held by the front, which does not log trace lines"
-)
 def test_trace_log_level_logs_connections_made_and_lost(serve, connect):
     server = serve("raw_asgi:app", "--log-level", "trace")
     connection = connect(server)
@@ -184,9 +181,6 @@ def test_connections_are_not_logged_below_trace_level(serve, connect):
     assert "HTTP connection" not in server.wait_for_output(path)  # the access log line
 
 
-@pytest.mark.single_process(
-    reason="connections are accepted and held by the front, which does not log trace lines"
-)
 def test_trace_connection_lines_on_a_unix_socket_have_no_client_prefix(
     spawn_server, connect, tmp_path
 ):

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import message_logger
 from .config import Config
 
 if TYPE_CHECKING:
@@ -148,6 +149,7 @@ def start_front(
             theirs.detach(),
             log=_front_log,
             board=board,
+            trace_connections=message_logger.trace_connection if message_logger.wanted() else None,
             bulk_body=config.lane_bulk_body,
             timeout_keep_alive=float(config.timeout_keep_alive),
             timeout_header=float(config.timeout_header),

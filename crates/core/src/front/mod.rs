@@ -100,6 +100,9 @@ const WORKER: u64 = 1 << 40;
 const CONN: u64 = 2 << 40;
 const INDEX: u64 = (1 << 40) - 1;
 
+/// Told of a connection accepted (`true`) or closed by the front (`false`).
+pub type TraceFn<'a> = dyn FnMut(&Peer, bool) + 'a;
+
 /// The front's fixed configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -213,6 +216,9 @@ pub struct Front<'a> {
     board: Option<Arc<Board>>,
     board_workers: Vec<WorkerState>,
     log: &'a mut dyn FnMut(&str),
+    /// `--log-level trace`: told of each connection accepted (`true`) and of each the front
+    /// closes (a worker reports those it closes itself).
+    trace: Option<&'a mut TraceFn<'a>>,
 }
 
 impl<'a> Front<'a> {
@@ -250,7 +256,15 @@ impl<'a> Front<'a> {
             board: None,
             board_workers: Vec::new(),
             log,
+            trace: None,
         })
+    }
+
+    /// Reports connections accepted and closed here to `trace` (uvicorn's trace lines).
+    #[must_use]
+    pub fn with_trace(mut self, trace: &'a mut TraceFn<'a>) -> Self {
+        self.trace = Some(trace);
+        self
     }
 
     /// Publishes the workers' state and the front's counts on `board` after every batch of
@@ -450,6 +464,9 @@ impl<'a> Front<'a> {
             match net::accept(fd) {
                 Ok(Some((conn, peer))) => {
                     self.stats.accepted += 1;
+                    if let Some(trace) = self.trace.as_mut() {
+                        trace(&peer, true);
+                    }
                     let idle = Held {
                         fd: conn,
                         listener: index as u8,
@@ -502,6 +519,9 @@ impl<'a> Front<'a> {
         if let Some(conn) = self.conns[slot].take() {
             let _ = self.poller.delete(conn.fd.as_raw_fd());
             self.free.push(slot);
+            if let Some(trace) = self.trace.as_mut() {
+                trace(&conn.peer, false);
+            }
         }
     }
 

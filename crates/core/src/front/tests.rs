@@ -399,3 +399,37 @@ fn the_board_shows_each_worker_s_lane_load_and_bulk_work() {
     board_until(&board, |f, _| f.draining);
     front.thread.join().unwrap();
 }
+
+#[test]
+fn connections_accepted_and_closed_by_the_front_are_traced() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (control, theirs) = channel_pair().unwrap();
+    let traced = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = traced.clone();
+    let thread = thread::spawn(move || {
+        let mut log = |m: &str| eprintln!("front: {m}");
+        let mut trace = |peer: &Peer, made: bool| seen.lock().unwrap().push((*peer, made));
+        let front = Front::new(vec![OwnedFd::from(listener)], theirs, config(), &mut log)
+            .unwrap()
+            .with_trace(&mut trace);
+        front.run().unwrap()
+    });
+    let client = TcpStream::connect(addr).unwrap();
+    let local = client.local_addr().unwrap();
+    let peer = Peer::Inet(local.ip(), local.port());
+    let until = Instant::now() + Duration::from_secs(5);
+    while traced.lock().unwrap().is_empty() {
+        assert!(Instant::now() < until, "the accept was not traced");
+        thread::sleep(Duration::from_millis(2));
+    }
+    // The client leaves while the front holds the connection idle: the front closes it.
+    drop(client);
+    while traced.lock().unwrap().len() < 2 {
+        assert!(Instant::now() < until, "the close was not traced");
+        thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(*traced.lock().unwrap(), vec![(peer, true), (peer, false)]);
+    send_control(&control, "drain 1", None);
+    thread.join().unwrap();
+}

@@ -7,6 +7,7 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use ferroloop_core::front::{Board, Config, Front};
+use ferroloop_core::handoff::Peer;
 use ferroloop_core::http::{valid_field, Limits};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -79,9 +80,11 @@ impl FrontBoard {
 /// closes `control`. `log(message)` is called for what an operator should see. `server_header`,
 /// `date_header` and `headers` are `HttpServer`'s, for the one response the front writes
 /// itself (408 to a head not whole in time). `board`: where to publish the workers' state.
+/// `trace_connections(client, made)`: as `HttpServer`'s, for the connections the front accepts
+/// and those it closes itself (`--log-level trace`).
 /// Returns the counts `(accepted, dispatched, returned, lost_with_worker)`.
 #[pyfunction]
-#[pyo3(signature = (listeners, control, *, log, board=None, bulk_body=1_048_576, timeout_keep_alive=5.0,
+#[pyo3(signature = (listeners, control, *, log, board=None, trace_connections=None, bulk_body=1_048_576, timeout_keep_alive=5.0,
     timeout_header=10.0, limit_header_size=65536, limit_headers=100, limit_uri=8192,
     server_header=true, date_header=true, headers=Vec::new()))]
 #[allow(clippy::too_many_arguments)]
@@ -91,6 +94,7 @@ pub fn run_front(
     control: RawFd,
     log: Py<PyAny>,
     board: Option<PyRef<'_, FrontBoard>>,
+    trace_connections: Option<Py<PyAny>>,
     bulk_body: u64,
     timeout_keep_alive: f64,
     timeout_header: f64,
@@ -148,9 +152,24 @@ pub fn run_front(
                     }
                 });
             };
+            let mut write_trace = |peer: &Peer, made: bool| {
+                let Some(trace) = &trace_connections else {
+                    return;
+                };
+                Python::attach(|py| {
+                    let called = super::peer_to_py(py, *peer)
+                        .and_then(|client| trace.bind(py).call1((client, made)));
+                    if let Err(e) = called {
+                        e.write_unraisable(py, None);
+                    }
+                });
+            };
             let mut front = Front::new(listeners, control, config, &mut write_log)?;
             if let Some(board) = board {
                 front = front.with_board(board);
+            }
+            if trace_connections.is_some() {
+                front = front.with_trace(&mut write_trace);
             }
             front.run()
         })
