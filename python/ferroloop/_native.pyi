@@ -256,6 +256,7 @@ def run_front(
     server_header: bool = True,
     date_header: bool = True,
     headers: list[tuple[bytes, bytes]] = ...,
+    place_at_accept: bool = False,
 ) -> tuple[int, int, int, int]: ...
 
 @final

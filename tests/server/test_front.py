@@ -363,3 +363,57 @@ def test_the_front_publishes_each_worker_s_state_for_its_supervisor():
         front.close()
         _, code = os.waitpid(front.pid, 0)
     assert os.WIFEXITED(code) and os.WEXITSTATUS(code) == 0
+
+
+def test_tls_connections_are_placed_on_a_free_worker_kept_there_and_drained_there(
+    spawn_server, connect, markers, tmp_path
+):
+    """TLS terminates in the workers, so the front cannot read a request: it places each
+    connection when it is accepted, on a worker without bulk work, which keeps it until it
+    closes, and drains it itself at shutdown."""
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    for index, blob in enumerate(leaf.cert_chain_pems):
+        blob.write_to_path(str(cert), append=index > 0)
+    leaf.private_key_pem.write_to_path(str(key))
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    ca.configure_trust(context)
+
+    def tls_connect(server):
+        connection = connect(server)
+        connection.sock = context.wrap_socket(connection.sock, server_hostname="127.0.0.1")
+        return connection
+
+    server = start(
+        spawn_server,
+        markers,
+        *("--workers", "2", "--lane-fast-workers", "0"),
+        *("--ssl-certfile", str(cert), "--ssl-keyfile", str(key)),
+        *("--timeout-keep-alive", "30"),
+    )
+    server.wait_for_output("Started front process")
+    release = tmp_path / "release"
+    blocked, blocked_pid = block_a_worker(
+        tls_connect, server, markers, release, body=b"x" * (BULK + 1)
+    )
+    fresh = [tls_connect(server) for _ in range(4)]
+    for connection in fresh:
+        pid = pid_on(connection)
+        assert pid != blocked_pid, "a new TLS connection was placed on the worker running bulk"
+        assert {pid_on(connection) for _ in range(3)} == {pid}, "it left its worker"
+    release.touch()
+    assert blocked.read_response("POST").body == b"unblocked"
+    # SIGTERM: an idle TLS connection is closed by its worker once quiet (close_notify, then
+    # the end of the stream), long before its keep-alive timeout, and the server exits well
+    # within --timeout-graceful-shutdown.
+    idle = fresh[0]
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    assert idle.read_until_close() == b""
+    assert time.monotonic() - started < 5
+    server.assert_exits_cleanly()

@@ -40,15 +40,15 @@ FAST = "fast"
 
 
 def front_wanted(config: Config, sockets: Sequence[socket.socket] | None) -> bool:
-    """Whether ``--workers`` runs behind the front: asked for, more than one worker, sockets
-    bound by the parent, and plain HTTP (TLS terminates in the workers, which then accept
-    themselves: the front does not speak TLS yet)."""
+    """Whether ``--workers`` runs behind the front: asked for, more than one worker, and
+    sockets bound by the parent. With TLS the front places each connection on a worker when it
+    is accepted, and the worker keeps it: TLS terminates in the workers, so the front cannot
+    read the requests."""
     return (
         config.dispatch == "front"
         and config.workers > 1
         and sockets is not None
         and len(sockets) > 0
-        and not config.is_ssl
     )
 
 
@@ -159,6 +159,7 @@ def start_front(
             server_header=config.server_header,
             date_header=config.date_header,
             headers=config.encoded_headers,
+            place_at_accept=config.is_ssl,
         )
         logger.info(
             "Front process [%d] finished: %d connection(s) accepted, %d handed to workers, "

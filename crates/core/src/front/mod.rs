@@ -20,6 +20,10 @@
 //!   over the control socket (`worker ID LANE` with the fd) and says `drain SECONDS` at
 //!   shutdown; the front never forks or signals.
 //!
+//! With TLS (`Config::place_at_accept`) the front cannot read a head: it hands each connection
+//! on when it is accepted, to a worker without bulk work holding the fewest connections, and
+//! that worker keeps it until it closes (a `Done`).
+//!
 //! Invariants:
 //! - Everything runs on one thread, the only one in its process; nothing blocks but
 //!   `epoll_wait`.
@@ -116,6 +120,9 @@ pub struct Config {
     pub server_header: bool,
     pub date_header: bool,
     pub extra_headers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Hand each connection on as soon as it is accepted, to a worker that keeps it for good:
+    /// the front cannot read its requests (TLS, which terminates in the workers).
+    pub place_at_accept: bool,
 }
 
 struct Worker {
@@ -478,7 +485,13 @@ impl<'a> Front<'a> {
                         idle_since: clock::monotonic(),
                         lingering: false,
                     };
-                    self.watch(idle);
+                    if self.config.place_at_accept {
+                        // Placed like a small request: on a worker without bulk work, the
+                        // one holding the fewest connections.
+                        self.hand(idle, false);
+                    } else {
+                        self.watch(idle);
+                    }
                 }
                 Ok(None) => return,
                 Err(e) if is_transient(&e) => return,

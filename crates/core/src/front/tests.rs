@@ -23,6 +23,7 @@ fn config() -> Config {
         server_header: true,
         date_header: true,
         extra_headers: Vec::new(),
+        place_at_accept: false,
     }
 }
 
@@ -431,5 +432,37 @@ fn connections_accepted_and_closed_by_the_front_are_traced() {
     }
     assert_eq!(*traced.lock().unwrap(), vec![(peer, true), (peer, false)]);
     send_control(&control, "drain 1", None);
+    thread.join().unwrap();
+}
+
+#[test]
+fn with_place_at_accept_a_connection_is_handed_on_before_any_byte_to_a_worker_without_bulk() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (control, theirs) = channel_pair().unwrap();
+    let thread = thread::spawn(move || {
+        let mut log = |m: &str| eprintln!("front: {m}");
+        let config = Config {
+            place_at_accept: true,
+            ..config()
+        };
+        Front::new(vec![OwnedFd::from(listener)], theirs, config, &mut log)
+            .unwrap()
+            .run()
+            .unwrap()
+    });
+    let mut busy = FakeWorker::add(&control, 1, "general");
+    let mut free = FakeWorker::add(&control, 2, "general");
+    // Worker 1 runs bulk work: new connections go to worker 2, with no byte read.
+    busy.out.push(Message::done(LEAVING, BULK_STARTED));
+    assert!(busy.out.flush(busy.chan.as_raw_fd()).unwrap());
+    thread::sleep(Duration::from_millis(50));
+    let clients: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    for _ in &clients {
+        let msg = free.next();
+        assert_eq!((msg.kind, msg.data.len()), (Kind::Conn, 0));
+    }
+    assert!(busy.nothing());
+    send_control(&control, "drain 0", None);
     thread.join().unwrap();
 }

@@ -596,7 +596,7 @@ impl Conn {
             }
             return false;
         }
-        if st.handoff.as_ref().is_some_and(|h| h.give_back) {
+        if st.handoff.as_ref().is_some_and(Handoff::goes_back) {
             // On its way back to the front: the next request goes with it.
             fx.hand_back = true;
             return false;
@@ -1012,7 +1012,7 @@ impl Conn {
         let mut fx = Effects::default();
         {
             let mut st = this.state.borrow(py)?;
-            let draining = this.server.bind(py).get().shutting_down(py);
+            let draining = this.server.bind(py).get().draining_own(py);
             if st.deadline > now && !(draining && Self::drain_due(&st, now)) {
                 return Ok(());
             }
@@ -1020,7 +1020,10 @@ impl Conn {
             match phase {
                 // Still writing its response to a client that does not read: the front never
                 // gets it back.
-                Phase::Idle if st.handoff.is_some() && st.rpos == st.rbuf.len() => {
+                Phase::Idle
+                    if st.handoff.as_ref().is_some_and(|h| !h.pinned())
+                        && st.rpos == st.rbuf.len() =>
+                {
                     fx.close = true;
                 }
                 Phase::Idle if st.rpos < st.rbuf.len() => {

@@ -28,6 +28,7 @@
 use pyo3::prelude::*;
 
 use super::conn::{read_available, start_closing, Conn, ConnState, Effects, Phase};
+use super::handoff::Handoff;
 
 // How long an idle connection is kept open in a graceful shutdown, counted from when it became
 // idle, for a request the client may already be sending, and how long a connection closed by
@@ -53,8 +54,9 @@ impl Conn {
                 drop(st);
                 return Self::apply(slf, fx);
             }
-            // A handed-over connection goes back to the front instead (`hand_back`).
-            if st.phase != Phase::Idle || st.handoff.is_some() {
+            // A handed-over connection goes back to the front instead (`hand_back`), unless it
+            // is pinned here.
+            if st.phase != Phase::Idle || st.handoff.as_ref().is_some_and(|h| !h.pinned()) {
                 return Ok(());
             }
             Self::drain_due(&st, now)
@@ -71,7 +73,7 @@ impl Conn {
     /// buffered, idle for `DRAIN_QUIET`).
     pub(super) fn drain_due(st: &ConnState, now: f64) -> bool {
         st.phase == Phase::Idle
-            && st.handoff.is_none()
+            && st.handoff.as_ref().is_none_or(Handoff::pinned)
             && st.rpos == st.rbuf.len()
             && now >= st.idle_since + DRAIN_QUIET
     }

@@ -80,13 +80,14 @@ impl FrontBoard {
 /// closes `control`. `log(message)` is called for what an operator should see. `server_header`,
 /// `date_header` and `headers` are `HttpServer`'s, for the one response the front writes
 /// itself (408 to a head not whole in time). `board`: where to publish the workers' state.
-/// `trace_connections(client, made)`: as `HttpServer`'s, for the connections the front accepts
+/// `place_at_accept`: hand each connection on when accepted, to be kept by its worker (TLS,
+/// which the workers terminate). `trace_connections(client, made)`: as `HttpServer`'s, for the connections the front accepts
 /// and those it closes itself (`--log-level trace`).
 /// Returns the counts `(accepted, dispatched, returned, lost_with_worker)`.
 #[pyfunction]
 #[pyo3(signature = (listeners, control, *, log, board=None, trace_connections=None, bulk_body=1_048_576, timeout_keep_alive=5.0,
     timeout_header=10.0, limit_header_size=65536, limit_headers=100, limit_uri=8192,
-    server_header=true, date_header=true, headers=Vec::new()))]
+    server_header=true, date_header=true, headers=Vec::new(), place_at_accept=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn run_front(
     py: Python<'_>,
@@ -104,6 +105,7 @@ pub fn run_front(
     server_header: bool,
     date_header: bool,
     headers: Vec<(Vec<u8>, Vec<u8>)>,
+    place_at_accept: bool,
 ) -> PyResult<(u64, u64, u64, u64)> {
     if !(timeout_keep_alive > 0.0 && timeout_header > 0.0) {
         return Err(PyValueError::new_err("timeouts must be positive"));
@@ -133,6 +135,7 @@ pub fn run_front(
         server_header,
         date_header,
         extra_headers: headers,
+        place_at_accept,
     };
     // SAFETY: the caller hands these fds over (documented above): each is open and owned by
     // nothing else in this process from now on.

@@ -7,7 +7,7 @@
 //! - A handed-over connection stays here for its next requests while the worker "keeps
 //!   connections" (`keeps_connections`: no bulk request runs here, the worker is not stopping,
 //!   the front is not draining), so keep-alive traffic crosses no process. Otherwise, once a
-//!   response is complete and the connection may be kept alive, it is marked `give_back`,
+//!   response is complete and the connection may be kept alive, it is marked `GoesBack`,
 //!   waits until its output is written (`hand_back` is asked again after each write), leaves
 //!   the poller and goes back as `Return`, with any bytes of the next request read meanwhile;
 //!   our copy of the fd closes once the datagram is sent.
@@ -43,10 +43,31 @@ pub(crate) struct Handoff {
     pub(super) peer: Peer,
     /// The front is draining: the response says `Connection: close`.
     pub(super) close_after: bool,
-    /// Goes back to the front once idle, instead of staying for its next request.
-    pub(super) give_back: bool,
+    pub(super) fate: Fate,
+}
+
+/// Where a handed-over connection goes once idle.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Stays for its next request.
+    Stays,
+    /// Goes back to the front.
+    GoesBack,
     /// Goes back because its next request is bulk work and this is a fast-lane worker.
-    pub(super) bulk_back: bool,
+    GoesBackBulk,
+    /// Kept here until it closes, never given back: a TLS session lives in this process (the
+    /// front placed it when it was accepted). The worker drains it itself.
+    Pinned,
+}
+
+impl Handoff {
+    pub(super) fn pinned(&self) -> bool {
+        self.fate == Fate::Pinned
+    }
+
+    pub(super) fn goes_back(&self) -> bool {
+        matches!(self.fate, Fate::GoesBack | Fate::GoesBackBulk)
+    }
 }
 
 /// The worker's end of its channel to the front.
@@ -96,8 +117,12 @@ impl HttpServer {
                     if let Some(chan) = this.state.borrow(py)?.channel.as_mut() {
                         chan.draining = true;
                     }
-                    // The front applies its drain rule to the idle connections.
+                    // The front applies its drain rule to the idle connections; pinned ones
+                    // (TLS) drain here, by the same rule.
                     Self::give_back_idle(slf)?;
+                    if this.pins() {
+                        Self::drain_connections(slf)?;
+                    }
                 }
                 Ok(Some(_)) => {}
                 Err(e) => {
@@ -122,8 +147,11 @@ impl HttpServer {
             listener: msg.listener,
             peer: msg.peer,
             close_after: msg.detail & CLOSE_AFTER != 0,
-            give_back: false,
-            bulk_back: false,
+            fate: if slf.get().pins() {
+                Fate::Pinned
+            } else {
+                Fate::Stays
+            },
         };
         let client = peer_to_py(py, msg.peer)?;
         let conn = match Conn::open(slf, raw, client, msg.data, Some(handoff)) {
@@ -199,8 +227,8 @@ impl HttpServer {
                 let mut st = conn.get().state.borrow(py)?;
                 let idle = st.phase == Phase::Idle;
                 match st.handoff.as_mut() {
-                    Some(h) if idle => {
-                        h.give_back = true;
+                    Some(h) if idle && !h.pinned() => {
+                        h.fate = Fate::GoesBack;
                         true
                     }
                     _ => false,
@@ -298,9 +326,23 @@ impl HttpServer {
         self.state
             .borrow(py)
             .is_ok_and(|st| match st.channel.as_ref() {
-                Some(chan) => chan.draining || !chan.open,
+                Some(chan) => chan.draining || !chan.open || (st.shutting_down && self.pins()),
                 None => st.shutting_down,
             })
+    }
+
+    /// Behind the front with TLS: every connection handed here is pinned (`Fate::Pinned`).
+    pub(super) fn pins(&self) -> bool {
+        self.tls_config().is_some()
+    }
+
+    /// Idle connections here are closed once quiet (`drain.rs`): the server shuts down, or,
+    /// for pinned connections, which never go back, the front drains.
+    pub(crate) fn draining_own(&self, py: Python<'_>) -> bool {
+        self.state.borrow(py).is_ok_and(|st| {
+            st.shutting_down
+                || (self.pins() && st.channel.as_ref().is_some_and(|c| c.draining || !c.open))
+        })
     }
 
     /// The channel is open: it counts as a connection, so a graceful shutdown waits for the
@@ -331,9 +373,8 @@ impl Conn {
         let Some(h) = st.handoff.as_mut().filter(|_| bulk && !upgrade) else {
             return false;
         };
-        if server.fast_lane() && kept {
-            h.give_back = true;
-            h.bulk_back = true;
+        if server.fast_lane() && kept && !h.pinned() {
+            h.fate = Fate::GoesBackBulk;
             fx.hand_back = true;
             return true;
         }
@@ -348,7 +389,7 @@ impl Conn {
         let this = slf.get();
         let (msg, reading, writing) = {
             let mut st = this.state.borrow(py)?;
-            if st.phase != Phase::Idle || !st.handoff.as_ref().is_some_and(|h| h.give_back) {
+            if st.phase != Phase::Idle || !st.handoff.as_ref().is_some_and(Handoff::goes_back) {
                 return Ok(());
             }
             if !st.corked && !st.out_empty() {
@@ -367,7 +408,11 @@ impl Conn {
             }
             let h = st.handoff.take().expect("checked above");
             st.phase = Phase::Closed;
-            let detail = if h.bulk_back { RETURN_BULK } else { 0 };
+            let detail = if h.fate == Fate::GoesBackBulk {
+                RETURN_BULK
+            } else {
+                0
+            };
             let rpos = st.rpos;
             let data = st.rbuf.split_off(rpos);
             st.rbuf = Vec::new();

@@ -456,26 +456,8 @@ impl HttpServer {
             slf.get().state.borrow(slf.py())?.shutting_down = true;
             Self::give_back_idle(slf)?;
         }
-        let py = slf.py();
-        let (conns, sweep) = {
-            let mut st = slf.get().state.borrow(py)?;
-            st.shutting_down = true;
-            (
-                st.conns
-                    .values()
-                    .map(|c| c.clone_ref(py))
-                    .collect::<Vec<_>>(),
-                st.sweep.take(),
-            )
-        };
-        for conn in conns {
-            Conn::shutdown(conn.bind(py))?;
-        }
-        // The sweep closes the quiet connections: from now on every `DRAIN_SWEEP` seconds.
-        if let Some(timer) = sweep {
-            timer.bind(py).call_method0(intern!(py, "cancel"))?;
-        }
-        Self::schedule_sweep(slf)
+        slf.get().state.borrow(slf.py())?.shutting_down = true;
+        Self::drain_connections(slf)
     }
 
     /// Closes every connection (and the channel to the front) now and cancels the running app
@@ -571,6 +553,29 @@ crate::native_call::native_call!(HttpServer, |slf, arg| match arg {
 });
 
 impl HttpServer {
+    /// Each connection here starts its drain (`Conn::shutdown`), and the sweep that closes
+    /// the quiet ones runs from now on every `DRAIN_SWEEP` seconds.
+    pub(super) fn drain_connections(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let (conns, sweep) = {
+            let mut st = slf.get().state.borrow(py)?;
+            (
+                st.conns
+                    .values()
+                    .map(|c| c.clone_ref(py))
+                    .collect::<Vec<_>>(),
+                st.sweep.take(),
+            )
+        };
+        for conn in conns {
+            Conn::shutdown(conn.bind(py))?;
+        }
+        if let Some(timer) = sweep {
+            timer.bind(py).call_method0(intern!(py, "cancel"))?;
+        }
+        Self::schedule_sweep(slf)
+    }
+
     pub(crate) fn loop_core(&self) -> &Py<LoopCore> {
         &self.loop_
     }
@@ -827,7 +832,7 @@ impl HttpServer {
             }
         }
         let shortest = this.opts.timeout_keep_alive.min(this.opts.timeout_header);
-        let interval = if this.shutting_down(py) {
+        let interval = if this.draining_own(py) {
             drain::DRAIN_SWEEP
         } else {
             (shortest / 4.0).clamp(0.05, 1.0)

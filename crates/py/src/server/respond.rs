@@ -20,6 +20,7 @@ use super::conn::{
     flush_now, hold_back, ready_none, start_closing, Conn, ConnState, Effects, Phase, Request,
     Response, COPY_MAX, CORK_MAX, SMALL_BODY_COPY, WRITE_HIGH,
 };
+use super::handoff::Fate;
 use super::scope;
 use super::HttpServer;
 use crate::event_loop::LoopCore;
@@ -426,14 +427,17 @@ impl Conn {
         if st.eof && st.rpos == st.rbuf.len() {
             reusable = false;
         }
-        if reusable && st.handoff.is_some() && !server.keeps_connections(py) {
+        if reusable
+            && st.handoff.as_ref().is_some_and(|h| !h.pinned())
+            && !server.keeps_connections(py)
+        {
             // Back to the front once the response is written, with what was read of the next
             // request (`Conn::hand_back`).
             st.phase = Phase::Idle;
             st.deadline = clock::monotonic() + server.opts().timeout_keep_alive;
             st.header_clock = false;
             if let Some(h) = st.handoff.as_mut() {
-                h.give_back = true;
+                h.fate = Fate::GoesBack;
             }
             fx.hand_back = true;
         } else if reusable {
