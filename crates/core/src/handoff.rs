@@ -219,30 +219,29 @@ impl ChannelOut {
     /// (`Ok(false)`: wait until `chan` is writable). An error means the peer is gone: the
     /// messages not yet begun are still here ([`ChannelOut::take_unsent`]).
     pub fn flush(&mut self, chan: RawFd) -> io::Result<bool> {
-        let mut bytes = Vec::new();
         while let Some(msg) = self.queue.front() {
             let parts = msg.data.len().div_ceil(PART_MAX).max(1);
             while self.sent_parts < parts {
                 let part = self.sent_parts;
                 let range = part * PART_MAX..((part + 1) * PART_MAX).min(msg.data.len());
-                bytes.clear();
-                let fd = if part == 0 {
-                    bytes.extend_from_slice(&encode_header(
+                let (header, fd) = if part == 0 {
+                    let header = encode_header(
                         msg.kind,
                         msg.token,
                         msg.listener,
                         msg.peer,
                         msg.detail,
                         msg.data.len(),
-                    ));
-                    msg.fd.as_ref().map(AsRawFd::as_raw_fd)
+                    );
+                    (header, msg.fd.as_ref().map(AsRawFd::as_raw_fd))
                 } else {
-                    let more = encode_header(Kind::More, msg.token, 0, Peer::None, 0, 0);
-                    bytes.extend_from_slice(&more);
-                    None
+                    (
+                        encode_header(Kind::More, msg.token, 0, Peer::None, 0, 0),
+                        None,
+                    )
                 };
-                bytes.extend_from_slice(&msg.data[range]);
-                match send_datagram(chan, &bytes, fd) {
+                // Header and bytes go out as two pieces of one datagram: no copy of the bytes.
+                match send_datagram_parts(chan, &header, &msg.data[range], fd) {
                     Ok(()) => self.sent_parts += 1,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                     Err(e) => return Err(e),
@@ -276,16 +275,28 @@ union CmsgSpace {
 /// Sends one datagram, with `fd` attached if given (the front's control socket is written
 /// with this directly).
 pub fn send_datagram(chan: RawFd, bytes: &[u8], fd: Option<RawFd>) -> io::Result<()> {
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut libc::c_void,
-        iov_len: bytes.len(),
-    };
+    send_datagram_parts(chan, bytes, &[], fd)
+}
+
+/// Sends `head` then `rest` as one datagram (two iovecs), with `fd` attached if given.
+fn send_datagram_parts(chan: RawFd, head: &[u8], rest: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+    let mut iov = [
+        libc::iovec {
+            iov_base: head.as_ptr() as *mut libc::c_void,
+            iov_len: head.len(),
+        },
+        libc::iovec {
+            iov_base: rest.as_ptr() as *mut libc::c_void,
+            iov_len: rest.len(),
+        },
+    ];
+    let pieces = if rest.is_empty() { 1 } else { 2 };
     let mut cmsg = CmsgSpace { bytes: [0; 64] };
     // SAFETY: a zeroed msghdr is a valid "no name, no control" header; the fields set below
     // point at `iov` and `cmsg`, which outlive the call.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = pieces;
     if let Some(fd) = fd {
         // SAFETY: CMSG_SPACE/CMSG_LEN only compute sizes.
         let (space, len) = unsafe {
@@ -314,7 +325,7 @@ pub fn send_datagram(chan: RawFd, bytes: &[u8], fd: Option<RawFd>) -> io::Result
             libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
         )
     })?;
-    if sent as usize != bytes.len() {
+    if sent as usize != head.len() + rest.len() {
         // A seqpacket datagram is sent whole or not at all.
         return Err(io::Error::other("channel datagram sent in part"));
     }
