@@ -417,3 +417,57 @@ def test_tls_connections_are_placed_on_a_free_worker_kept_there_and_drained_ther
     assert idle.read_until_close() == b""
     assert time.monotonic() - started < 5
     server.assert_exits_cleanly()
+
+
+def test_a_worker_counts_its_running_app_tasks_on_its_seat():
+    """What only a worker knows (a kept connection is "in flight" to the front whether a
+    request runs or not): the app tasks running on it and since when, on its seat of the
+    front's board, written by ``HttpServer(board=, seat=)``."""
+    import asyncio
+
+    import ferroloop
+    from ferroloop._native import FrontBoard, HttpServer
+
+    board = FrontBoard(4)
+    board.seat_open(2, os.getpid())
+    entered = []
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        entered.append(board.seats())
+        await asyncio.sleep(0.2)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"done"})
+
+    async def main():
+        sock = socket.create_server(("127.0.0.1", 0))
+        sock.setblocking(False)
+        server = HttpServer(asyncio.get_running_loop(), sock, app, board=board, seat=2)
+        server.start()
+        try:
+            loop = asyncio.get_running_loop()
+            client = socket.create_connection(sock.getsockname())
+            client.setblocking(False)
+            await loop.sock_sendall(client, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b"done"):
+                answer += await loop.sock_recv(client, 4096)
+            client.close()
+            for _ in range(100):
+                if board.seats()[0]["tasks_running"] == 0:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            server.abort()
+            sock.close()
+
+    before = time.monotonic()
+    ferroloop.run(main())
+    [(during,)] = entered
+    assert (during["seat"], during["pid"], during["tasks_running"]) == (2, os.getpid(), 1)
+    assert before <= during["busy_since"] <= time.monotonic()
+    [after] = board.seats()
+    assert (after["tasks_running"], after["busy_since"], after["tasks_started"]) == (0, None, 1)
+    board.seat_open(2, 0)
+    assert board.seats() == []

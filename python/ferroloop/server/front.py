@@ -68,6 +68,9 @@ class WorkerChannel:
     server: object
     # GENERAL, or FAST: bulk work that reaches this worker on a kept connection goes back.
     lane: str = GENERAL
+    # The front's board and this worker's seat on it, where it counts its app tasks.
+    board: FrontBoard | None = None
+    seat: int = 0
 
 
 def server_address(sockets: Sequence[socket.socket]) -> object:

@@ -194,6 +194,9 @@ class Server:
                 lane=channel.lane,
                 bulk_body=self.config.lane_bulk_body,
             )
+            if channel.board is not None:
+                channel.board.seat_open(channel.seat, os.getpid())
+                options.update(board=channel.board, seat=channel.seat)
         for sock in [channel.sock] if channel is not None else listeners:
             srv = cls(
                 loop,

@@ -189,6 +189,8 @@ class _Worker:
     killed: bool = False
     # Behind the front: "general" takes any request, "fast" no bulk upload.
     lane: str = GENERAL
+    # Behind the front: its seat on the front's board (``FrontProcess.status()``).
+    seat: int | None = None
 
 
 @dataclass
@@ -221,10 +223,20 @@ class Supervisor:
         ours, theirs = socket.socketpair()
         parent_only = [ours, *(w.health for w in self.workers.values() if w.health is not None)]
         sockets = self.sockets
-        channel = front_end = None
+        channel = front_end = seat = None
         if self.front is not None:
             front_end, worker_end = channel_pair()
-            channel = WorkerChannel(worker_end, self._server_address, lane)
+            board = self.front.board
+            taken = {w.seat for w in self.workers.values()}
+            free = (i for i in range(board.capacity if board else 0) if i not in taken)
+            seat = next(free, None)
+            channel = WorkerChannel(
+                worker_end,
+                self._server_address,
+                lane,
+                board=board if seat is not None else None,
+                seat=seat or 0,
+            )
             parent_only += [front_end, self.front.control]
             sockets = []
         try:
@@ -238,7 +250,9 @@ class Supervisor:
                 channel.sock.close()
         ours.setblocking(False)
         now = time.monotonic()
-        self.workers[pid] = _Worker(pid, now, limit, health=ours, answered=now, lane=lane)
+        self.workers[pid] = _Worker(
+            pid, now, limit, health=ours, answered=now, lane=lane, seat=seat
+        )
         if self.front is not None and front_end is not None:
             try:
                 self.front.add_worker(pid, lane, front_end)
@@ -372,6 +386,8 @@ class Supervisor:
         worker = self.workers.pop(pid)
         if worker.health is not None:
             worker.health.close()
+        if worker.seat is not None and self.front is not None and self.front.board is not None:
+            self.front.board.seat_open(worker.seat, 0)
         code = os.waitstatus_to_exitcode(status)
         if code == STARTUP_FAILURE:
             logger.error("Worker process [%d] failed to start; stopping the parent process.", pid)

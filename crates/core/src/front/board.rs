@@ -9,14 +9,22 @@
 //! bulk work runs there (the worker's own `BULK_STARTED`/`BULK_ENDED`), whether it is leaving,
 //! and how many connections it was handed in all.
 //!
+//! Each worker also writes a seat of its own ([`Board::seat_open`], [`Board::seat_task`]): its
+//! app tasks running (a request's, or a WebSocket session's), since when it has had at least
+//! one, and how many it started. That is what only the worker knows: a connection it keeps
+//! between requests is handed to it in the front's eyes, whether a request runs or not.
+//!
 //! Invariants:
-//! - One writer: the front's thread ([`Board::publish`]). Readers in other processes only load.
+//! - One writer for the front's part: the front's thread ([`Board::publish`]); one writer per
+//!   seat: the worker the supervisor gave it to. Readers in other processes only load.
 //! - Every field is an `AtomicU64` of a fixed `#[repr(C)]` layout in one `MAP_SHARED` mapping,
 //!   so each field is read whole; a snapshot is consistent as a whole too: the writer makes
 //!   `seq` odd while it writes and even after, and [`Board::snapshot`] retries until it read
 //!   the same even `seq` before and after (a sequence lock).
 //! - Worker slots past `workers` are stale and not read. A worker beyond the capacity is left
 //!   off the board and counted in `unlisted`.
+//! - A seat is read field by field (no sequence lock: one worker's few counters, each whole);
+//!   a seat whose `pid` is 0 is free.
 
 use std::io;
 use std::ptr::NonNull;
@@ -56,6 +64,26 @@ struct Slot {
     handed_total: AtomicU64,
     /// Bit 0: leaving; bit 1: bulk work running there.
     flags: AtomicU64,
+}
+
+/// One worker's own fields (its seat).
+#[repr(C)]
+struct Seat {
+    pid: AtomicU64,
+    tasks_running: AtomicU64,
+    /// Monotonic nanoseconds since which at least one task has run; 0 with none.
+    busy_since_ns: AtomicU64,
+    tasks_started: AtomicU64,
+}
+
+/// What a worker publishes about itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SeatState {
+    pub seat: usize,
+    pub pid: u32,
+    pub tasks_running: u64,
+    pub busy_since_ns: u64,
+    pub tasks_started: u64,
 }
 
 const LEAVING: u64 = 1;
@@ -107,7 +135,8 @@ unsafe impl Sync for Board {}
 impl Board {
     /// Maps a zeroed board (shared with processes forked from now on).
     pub fn new(capacity: usize) -> io::Result<Self> {
-        let len = std::mem::size_of::<Header>() + capacity * std::mem::size_of::<Slot>();
+        let len = std::mem::size_of::<Header>()
+            + capacity * (std::mem::size_of::<Slot>() + std::mem::size_of::<Seat>());
         // SAFETY: an anonymous mapping at an address the kernel picks; no memory of ours is
         // touched. The result is checked against MAP_FAILED.
         let base = unsafe {
@@ -164,6 +193,71 @@ impl Board {
                 .cast::<Slot>()
                 .add(i)
         }
+    }
+
+    // The seats follow the slots; all sizes are multiples of 8, so each seat is aligned.
+    #[allow(clippy::cast_ptr_alignment)]
+    fn seat(&self, i: usize) -> &Seat {
+        assert!(i < self.capacity);
+        // SAFETY: `capacity` seats follow the slots inside the mapping (`new`); zeroed
+        // atomics, valid as in `header`.
+        unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(std::mem::size_of::<Header>() + self.capacity * std::mem::size_of::<Slot>())
+                .cast::<Seat>()
+                .add(i)
+        }
+    }
+
+    /// Seat `i` now belongs to worker `pid` (or is free with 0), its counts from zero. The
+    /// supervisor gives seats; `i` must be under the capacity.
+    pub fn seat_open(&self, i: usize, pid: u32) {
+        let s = self.seat(i);
+        let r = Ordering::Relaxed;
+        s.pid.store(0, r);
+        s.tasks_running.store(0, r);
+        s.busy_since_ns.store(0, r);
+        s.tasks_started.store(0, r);
+        s.pid.store(u64::from(pid), Ordering::Release);
+    }
+
+    /// A task started (`true`) or ended on seat `i`'s worker, at `now_ns` (its only writer).
+    pub fn seat_task(&self, i: usize, started: bool, now_ns: u64) {
+        let s = self.seat(i);
+        let r = Ordering::Relaxed;
+        let running = s.tasks_running.load(r);
+        if started {
+            if running == 0 {
+                s.busy_since_ns.store(now_ns.max(1), r);
+            }
+            s.tasks_running.store(running + 1, r);
+            s.tasks_started.store(s.tasks_started.load(r) + 1, r);
+        } else {
+            let left = running.saturating_sub(1);
+            s.tasks_running.store(left, r);
+            if left == 0 {
+                s.busy_since_ns.store(0, r);
+            }
+        }
+    }
+
+    /// The seats in use.
+    pub fn seats(&self) -> Vec<SeatState> {
+        (0..self.capacity)
+            .filter_map(|i| {
+                let s = self.seat(i);
+                let pid = s.pid.load(Ordering::Acquire);
+                (pid != 0).then(|| SeatState {
+                    seat: i,
+                    pid: pid as u32,
+                    tasks_running: s.tasks_running.load(Ordering::Relaxed),
+                    busy_since_ns: s.busy_since_ns.load(Ordering::Relaxed),
+                    tasks_started: s.tasks_started.load(Ordering::Relaxed),
+                })
+            })
+            .collect()
     }
 
     /// Writes a new state (the front's thread only: one writer).
@@ -294,6 +388,37 @@ mod tests {
         // Fewer workers later: the stale slot is not read.
         board.publish(6, &front, &[worker(9, 0)]);
         assert_eq!(board.snapshot().1, vec![worker(9, 0)]);
+    }
+
+    #[test]
+    fn a_seat_counts_its_worker_s_tasks_and_since_when_it_is_busy() {
+        let board = Board::new(3).unwrap();
+        assert!(board.seats().is_empty());
+        board.seat_open(1, 42);
+        board.seat_task(1, true, 100);
+        board.seat_task(1, true, 200);
+        let busy = SeatState {
+            seat: 1,
+            pid: 42,
+            tasks_running: 2,
+            busy_since_ns: 100,
+            tasks_started: 2,
+        };
+        assert_eq!(board.seats(), vec![busy]);
+        board.seat_task(1, false, 300);
+        board.seat_task(1, false, 400);
+        let (running, since) = (
+            board.seats()[0].tasks_running,
+            board.seats()[0].busy_since_ns,
+        );
+        assert_eq!((running, since), (0, 0));
+        // Reopened for another worker: counts from zero; 0 frees it.
+        board.seat_open(1, 43);
+        assert_eq!(board.seats()[0].tasks_started, 0);
+        board.seat_open(1, 0);
+        assert!(board.seats().is_empty());
+        // The front's part is untouched by the seats.
+        assert_eq!(board.snapshot(), (FrontState::default(), Vec::new()));
     }
 
     #[test]

@@ -40,7 +40,7 @@
 mod board;
 mod dispatch;
 
-pub use board::{Board, FrontState, WorkerState};
+pub use board::{Board, FrontState, SeatState, WorkerState};
 pub use dispatch::{choose, Lane, Load};
 
 use std::collections::{BTreeMap, VecDeque};

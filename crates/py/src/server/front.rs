@@ -35,11 +35,25 @@ impl FrontBoard {
         })
     }
 
+    /// Seat `seat` now belongs to worker `pid`, its counts from zero; `pid` 0 frees it. The
+    /// supervisor gives each worker a seat; the worker's `HttpServer(board=, seat=)` counts
+    /// its app tasks there.
+    fn seat_open(&self, seat: usize, pid: u32) -> PyResult<()> {
+        if seat >= self.board.capacity() {
+            return Err(PyValueError::new_err("seat is beyond the board's capacity"));
+        }
+        self.board.seat_open(seat, pid);
+        Ok(())
+    }
+
     /// The last state the front published: a dict of its counts and `workers`, a list of one
     /// dict per worker (times are `time.monotonic()` seconds; `updated` is 0.0 before the
-    /// front's first publish).
+    /// front's first publish). A worker with a seat also says what it counted there:
+    /// `tasks_running` (app tasks: a request's, or a WebSocket session's), `busy_since` (since
+    /// when at least one has run, or `None`) and `tasks_started`.
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let (front, workers) = self.board.snapshot();
+        let seats = self.board.seats();
         let out = PyDict::new(py);
         out.set_item("updated", front.updated_ns as f64 * 1e-9)?;
         out.set_item("accepted", front.accepted)?;
@@ -63,15 +77,48 @@ impl FrontBoard {
             d.set_item("handed_total", w.handed_total)?;
             d.set_item("bulk_running", w.bulk_running)?;
             d.set_item("leaving", w.leaving)?;
+            if let Some(s) = seats.iter().find(|s| s.pid == w.id) {
+                d.set_item("tasks_running", s.tasks_running)?;
+                let since = (s.busy_since_ns > 0).then_some(s.busy_since_ns as f64 * 1e-9);
+                d.set_item("busy_since", since)?;
+                d.set_item("tasks_started", s.tasks_started)?;
+            }
             list.append(d)?;
         }
         out.set_item("workers", list)?;
         Ok(out)
     }
 
+    /// The seats in use: one dict per worker that has one (`seat`, `pid`, `tasks_running`,
+    /// `busy_since`, `tasks_started`), as the workers wrote them.
+    fn seats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for s in self.board.seats() {
+            let d = PyDict::new(py);
+            d.set_item("seat", s.seat)?;
+            d.set_item("pid", s.pid)?;
+            d.set_item("tasks_running", s.tasks_running)?;
+            let since = (s.busy_since_ns > 0).then_some(s.busy_since_ns as f64 * 1e-9);
+            d.set_item("busy_since", since)?;
+            d.set_item("tasks_started", s.tasks_started)?;
+            list.append(d)?;
+        }
+        Ok(list)
+    }
+
     #[getter]
     fn capacity(&self) -> usize {
         self.board.capacity()
+    }
+}
+
+impl FrontBoard {
+    /// The board and `seat` on it, for a worker's `HttpServer(board=, seat=)`.
+    pub(super) fn seat(&self, seat: usize) -> PyResult<(Arc<Board>, usize)> {
+        if seat >= self.board.capacity() {
+            return Err(PyValueError::new_err("seat is beyond the board's capacity"));
+        }
+        Ok((self.board.clone(), seat))
     }
 }
 

@@ -129,6 +129,8 @@ pub struct HttpServer {
     base: ScopeBase,
     /// `--ssl-certfile`/`--ssl-keyfile`: every connection gets a TLS session (`tls.rs`).
     tls: Option<Arc<rustls::ServerConfig>>,
+    /// Behind the front: this worker's seat on the front's board, where it counts its tasks.
+    seat: Option<(Arc<ferroloop_core::front::Board>, usize)>,
     opts: Options,
     state: LoopCell<ServerState>,
 }
@@ -161,7 +163,7 @@ impl HttpServer {
         trace_connections=None, ws=true, ws_max_size=16_777_216, ws_max_queue=32,
         ws_ping_interval=Some(20.0), ws_ping_timeout=Some(20.0), ws_per_message_deflate=true, tls_cert=None, tls_key=None,
         tls_client_ca=None, tls_client_auth=0, tls_versions=None, handoff=false, server=None,
-        lane="general", bulk_body=1_048_576))]
+        lane="general", bulk_body=1_048_576, board=None, seat=0))]
     #[allow(clippy::too_many_arguments)]
     #[allow(
         clippy::fn_params_excessive_bools,
@@ -206,18 +208,19 @@ impl HttpServer {
         server: Option<Bound<'_, PyAny>>,
         lane: &str,
         bulk_body: u64,
+        board: Option<PyRef<'_, FrontBoard>>,
+        seat: usize,
     ) -> PyResult<Self> {
+        let seat = board.map(|b| b.seat(seat)).transpose()?;
         let loop_ = r#loop.cast::<LoopCore>().map_err(|_| {
             PyTypeError::new_err("HttpServer needs a ferroloop loop (ferroloop.new_event_loop())")
         })?;
-        if !(timeout_keep_alive > 0.0 && timeout_header > 0.0) {
-            return Err(PyValueError::new_err("timeouts must be positive"));
-        }
-        if limit_headers == 0 || limit_header_size < 64 || limit_uri == 0 {
-            return Err(PyValueError::new_err(
-                "limit_headers, limit_uri must be positive and limit_header_size at least 64",
-            ));
-        }
+        check_numbers(
+            [timeout_keep_alive, timeout_header],
+            [limit_headers, limit_header_size, limit_uri],
+            [ws_max_size, ws_max_queue],
+            [ws_ping_interval, ws_ping_timeout],
+        )?;
         if let Some((name, value)) = headers.iter().find(|(n, v)| !valid_field(n, v)) {
             return Err(PyValueError::new_err(format!(
                 "invalid default header {:?}: {:?} (the name must be an RFC 9110 token, the \
@@ -225,17 +228,6 @@ impl HttpServer {
                 String::from_utf8_lossy(name),
                 String::from_utf8_lossy(value),
             )));
-        }
-        if ws_max_size == 0 || ws_max_queue == 0 {
-            return Err(PyValueError::new_err(
-                "ws_max_size and ws_max_queue must be positive",
-            ));
-        }
-        let positive = |t: Option<f64>| t.is_none_or(|t| t > 0.0);
-        if !(positive(ws_ping_interval) && positive(ws_ping_timeout)) {
-            return Err(PyValueError::new_err(
-                "ws_ping_interval and ws_ping_timeout must be positive or None",
-            ));
         }
         let tls = tls::from_options(
             tls_cert,
@@ -270,6 +262,7 @@ impl HttpServer {
             trace_connections,
             base,
             tls,
+            seat,
             opts: Options {
                 limits: Limits {
                     max_head_bytes: limit_header_size,
@@ -668,15 +661,29 @@ impl HttpServer {
             .borrow(py)?
             .tasks
             .insert(task.as_ptr() as usize, task.clone().unbind());
+        self.count_task(true);
         Ok(())
     }
 
     pub(crate) fn task_done(&self, py: Python<'_>, task: &Bound<'_, PyAny>) -> Option<Py<PyAny>> {
-        self.state
+        let done = self
+            .state
             .borrow(py)
             .ok()?
             .tasks
-            .remove(&(task.as_ptr() as usize))
+            .remove(&(task.as_ptr() as usize));
+        if done.is_some() {
+            self.count_task(false);
+        }
+        done
+    }
+
+    /// Behind the front: the seat says how many app tasks run here, and since when.
+    fn count_task(&self, started: bool) {
+        if let Some((board, seat)) = &self.seat {
+            let now_ns = (ferroloop_core::clock::monotonic() * 1e9) as u64;
+            board.seat_task(*seat, started, now_ns);
+        }
     }
 
     /// A fresh copy of the server's context, for one app task.
@@ -854,6 +861,37 @@ fn scope_server(
         Some(addr) => scope_address(py, &addr),
         None => scope_address(py, &sock.call_method0(intern!(py, "getsockname"))?),
     }
+}
+
+/// `HttpServer`'s numeric options: `[timeout_keep_alive, timeout_header]` positive,
+/// `[limit_headers, limit_header_size, limit_uri]` positive (the head size at least 64),
+/// `[ws_max_size, ws_max_queue]` positive, `[ws_ping_interval, ws_ping_timeout]` positive or
+/// `None`.
+fn check_numbers(
+    timeouts: [f64; 2],
+    [limit_headers, limit_header_size, limit_uri]: [usize; 3],
+    ws_sizes: [usize; 2],
+    ws_pings: [Option<f64>; 2],
+) -> PyResult<()> {
+    if !timeouts.iter().all(|&t| t > 0.0) {
+        return Err(PyValueError::new_err("timeouts must be positive"));
+    }
+    if limit_headers == 0 || limit_header_size < 64 || limit_uri == 0 {
+        return Err(PyValueError::new_err(
+            "limit_headers, limit_uri must be positive and limit_header_size at least 64",
+        ));
+    }
+    if ws_sizes.contains(&0) {
+        return Err(PyValueError::new_err(
+            "ws_max_size and ws_max_queue must be positive",
+        ));
+    }
+    if !ws_pings.iter().all(|t| t.is_none_or(|t| t > 0.0)) {
+        return Err(PyValueError::new_err(
+            "ws_ping_interval and ws_ping_timeout must be positive or None",
+        ));
+    }
+    Ok(())
 }
 
 /// A peer address as the scope's `client`: `(host, port)`, or `None` (unix sockets).
