@@ -2,7 +2,8 @@
 //! 1. read the clock once; with ready work (or Rust tasks taken in by a `call_soon`) skip the
 //!    poll while the poll budget lasts (`ferroloop_core::poll_budget`: no system call until
 //!    100 µs of ready work have run since the last poll), else timeout = 0; with a stop
-//!    pending, timeout = 0; otherwise until the earliest timer, else forever;
+//!    pending, timeout = 0; otherwise until the earliest timer (short of the kernel's timer
+//!    slack when that is more than 50 ms out: `short_of_slack`), else forever;
 //! 2. wait for I/O (GIL released only when the timeout is not zero), unless step 1 skipped it;
 //! 3. queue the reader/writer handles of ready fds, then everything injected from other threads
 //!    (injected Rust tasks run here, as a batch of their own: see step 6);
@@ -25,6 +26,7 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
+use ferroloop_core::poller::short_of_slack;
 use ferroloop_core::{clock, IntMap, Interest, PollDecision};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -90,7 +92,7 @@ impl LoopCore {
         Ok(PollPlan::Wait(st.timers.peek_when().map(|when| {
             let dt = when - now;
             if dt > 0.0 {
-                Duration::from_secs_f64(dt.min(86400.0 * 365.0))
+                short_of_slack(Duration::from_secs_f64(dt.min(86400.0 * 365.0)))
             } else {
                 Duration::ZERO
             }
