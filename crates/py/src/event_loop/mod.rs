@@ -846,7 +846,7 @@ impl LoopCore {
             // (on a shared core: a switch back here and a second wake-up). Wake latency p50
             // 13.7 -> 7.0 us in benchmarks/loop/threadsafe.py; a producer pushing a stream keeps
             // its throughput, as only the push that finds the loop asleep writes.
-            crate::gil::detach(py, || ticket.wake())?;
+            crate::gil::detach(py, || ticket.wake_and_wait())?;
         }
         Ok(handle)
     }
