@@ -34,13 +34,13 @@ METRICS = (
     Metric("rtt_p99_us", "echo round trip under a callback storm, p99", "µs", False),
     Metric("storm_steps_per_s", "storm task steps meanwhile", "steps/s", True, ("1", "100")),
 )
+# case label (storm tasks) -> (full params, --quick params)
 CASES = {
-    "0": ({"tasks": 0, "samples": 2000, "gap_s": 0.0005}, {"tasks": 0, "samples": 300, "gap_s": 0.0005}),
-    "1": ({"tasks": 1, "samples": 2000, "gap_s": 0.0005}, {"tasks": 1, "samples": 300, "gap_s": 0.0005}),
-    "100": (
-        {"tasks": 100, "samples": 2000, "gap_s": 0.0005},
-        {"tasks": 100, "samples": 300, "gap_s": 0.0005},
-    ),
+    str(tasks): (
+        {"tasks": tasks, "samples": 2000, "gap_s": 0.0005},
+        {"tasks": tasks, "samples": 300, "gap_s": 0.0005},
+    )
+    for tasks in (0, 1, 100)
 }
 WARMUP = 100
 
