@@ -30,10 +30,12 @@ from wake_floor import measure as measure_wake_floor
 
 BENCHMARKS = (
     "call_soon",
+    "iteration",
     "timers",
     "futures",
     "gather",
     "threadsafe",
+    "storm_latency",
     "sock_echo",
     "tcp_proto_echo",
     "tcp_streams_echo",

@@ -72,6 +72,16 @@ def test_timer_does_not_fire_before_its_delay_elapsed(loop):
     assert fired_at[0] - start >= 0.05
 
 
+def test_a_timer_far_enough_out_to_be_waited_for_in_two_legs_is_not_early(loop):
+    # ferroloop wakes before a timer more than 50 ms out (short of the kernel's timer slack)
+    # and waits again for the rest: the early wake-up must not fire it.
+    fired = []
+    handle = loop.call_later(0.12, lambda: (fired.append(loop.time()), loop.stop()))
+    loop.run_forever()
+    assert len(fired) == 1
+    assert fired[0] >= handle.when() - 1e-9
+
+
 def test_timers_never_fire_before_their_deadline(loop):
     early = []
     now = loop.time()

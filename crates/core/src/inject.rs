@@ -31,9 +31,11 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
+use crate::clock;
 use crate::waker::Waker;
 
 /// What a push did, so callers and tests can see the coalescing.
@@ -56,6 +58,8 @@ pub struct Injector<T> {
     unread: AtomicBool,
     /// Set by `close`: the eventfd is (being) closed; nobody writes it any more.
     closed: AtomicBool,
+    /// Loop clock (f64 bits) when the loop last went to sleep (`prepare_sleep`).
+    asleep_since: AtomicU64,
     /// Producers between their `closed` check and the end of their eventfd write.
     writing: AtomicUsize,
     waker: Waker,
@@ -70,6 +74,7 @@ impl<T> Injector<T> {
             notified: AtomicBool::new(false),
             unread: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            asleep_since: AtomicU64::new(0),
             writing: AtomicUsize::new(0),
             waker: Waker::new()?,
         })
@@ -140,6 +145,8 @@ impl<T> Injector<T> {
     /// Loop thread, before a blocking poll: announces the sleep. Returns `false` if work is
     /// already queued, in which case the caller must poll with a zero timeout.
     pub fn prepare_sleep(&self) -> bool {
+        self.asleep_since
+            .store(clock::monotonic().to_bits(), Ordering::SeqCst);
         self.sleeping.store(true, Ordering::SeqCst);
         if self.pending.load(Ordering::SeqCst) {
             self.sleeping.store(false, Ordering::SeqCst);
@@ -205,7 +212,41 @@ impl<T> WakeTicket<'_, T> {
         std::mem::forget(self);
         r
     }
+
+    /// Writes the eventfd; then, if the loop had been asleep for at least [`HANDOFF_IDLE`],
+    /// gives the CPU away (`sched_yield`) until the loop has woken up ([`Injector::woke`], which
+    /// the loop calls once it holds the GIL again) or [`HANDOFF_PATIENCE`] has passed. For a
+    /// producer that released the GIL to write: were it to take the GIL straight back, the
+    /// woken loop would find it held and sleep a second time, until the producer lets go of it
+    /// again. A loop that fell asleep only just now is not waited for: that is a producer
+    /// pushing a stream faster than the loop drains it, which keeps the GIL and hands over
+    /// batches (waiting there turned a burst into one hand-over per callback).
+    pub fn wake_and_wait(self) -> io::Result<()> {
+        let injector = self.injector;
+        let asleep_since = f64::from_bits(injector.asleep_since.load(Ordering::SeqCst));
+        self.wake()?;
+        if clock::monotonic() - asleep_since < HANDOFF_IDLE.as_secs_f64() {
+            return Ok(());
+        }
+        let start = Instant::now();
+        while injector.sleeping.load(Ordering::SeqCst) && start.elapsed() < HANDOFF_PATIENCE {
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
 }
+
+/// How long a producer that woke the loop waits for it to take the GIL
+/// ([`WakeTicket::wake_and_wait`]): a few times the wake-up itself (3.6-6.5 µs measured in C on
+/// this machine, `benchmarks/loop/wake_floor.c`), so a loop that is slow to be scheduled costs
+/// the producer at most this much.
+pub const HANDOFF_PATIENCE: Duration = Duration::from_micros(50);
+
+/// How long the loop must have been asleep for a waking producer to wait for it
+/// ([`WakeTicket::wake_and_wait`]): longer than the loop sleeps between the batches of a
+/// producer pushing back to back (a few µs), shorter than the gaps of a thread handing over
+/// results one at a time.
+pub const HANDOFF_IDLE: Duration = Duration::from_micros(100);
 
 impl<T> Drop for WakeTicket<'_, T> {
     fn drop(&mut self) {
@@ -306,6 +347,34 @@ mod tests {
         assert_eq!(inj.drain_into(&mut out), 2);
         inj.settle().unwrap();
         assert!(!eventfd_readable(&inj));
+    }
+
+    #[test]
+    fn wake_and_wait_writes_and_returns_though_the_loop_never_wakes() {
+        let inj = Injector::new().unwrap();
+        // Asleep long enough for the producer to wait for the loop, which never comes.
+        assert!(inj.prepare_sleep());
+        inj.asleep_since.store(0f64.to_bits(), Ordering::SeqCst);
+        let ticket = inj
+            .push_deferred(1)
+            .expect("the loop sleeps: this push wakes it");
+        ticket.wake_and_wait().unwrap();
+        assert!(eventfd_readable(&inj));
+    }
+
+    #[test]
+    fn wake_and_wait_returns_once_the_loop_has_woken() {
+        let inj = std::sync::Arc::new(Injector::new().unwrap());
+        assert!(inj.prepare_sleep());
+        inj.asleep_since.store(0f64.to_bits(), Ordering::SeqCst);
+        let ticket = inj.push_deferred(1).expect("the loop sleeps");
+        let loop_thread = {
+            let inj = std::sync::Arc::clone(&inj);
+            std::thread::spawn(move || inj.woke(true))
+        };
+        ticket.wake_and_wait().unwrap();
+        loop_thread.join().unwrap();
+        assert!(!inj.sleeping.load(Ordering::SeqCst));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! Everything here is plain Rust that an event loop thread drives: the [`poller`] (epoll), the
 //! [`waker`] (an eventfd), the [`inject`] queue through which other threads hand work to the loop
 //! with a coalesced wake-up, the [`timers`] heap with O(log n) cancellation, the [`ready`] queue
-//! with asyncio's batch rule, and the [`outq`] write queue (vectored writes, sendfile). The Python extension (`crates/py`) owns one of each per loop and adds
+//! with asyncio's batch rule, the [`poll_budget`] that bounds how long ready work runs between two
+//! polls for I/O, and the [`outq`] write queue (vectored writes, sendfile). The Python extension (`crates/py`) owns one of each per loop and adds
 //! the Python objects on top.
 //!
 //! The [`http`] module is the server's HTTP/1.1 codec, sans-IO (bytes in, parsed heads and body
@@ -24,6 +25,7 @@ pub mod inject;
 pub mod intmap;
 pub mod net;
 pub mod outq;
+pub mod poll_budget;
 pub mod poller;
 pub mod ready;
 pub mod sys;
@@ -37,6 +39,7 @@ pub mod ws;
 pub use inject::{Injector, PushOutcome};
 pub use intmap::IntMap;
 pub use outq::{Flushed, OutQueue, WriteCall};
+pub use poll_budget::{PollBudget, PollDecision};
 pub use poller::{Events, Interest, Modified, Poller, Readiness};
 pub use ready::ReadyQueue;
 pub use timers::{TimerId, Timers};

@@ -1,7 +1,10 @@
 //! One loop iteration (`run_once`), as asyncio's `_run_once`:
-//! 1. timeout = 0 if ready work, Rust tasks taken in by a `call_soon`, or stop pending, else
-//!    until the earliest timer, else forever;
-//! 2. wait for I/O (GIL released only when the timeout is not zero);
+//! 1. read the clock once; with ready work (or Rust tasks taken in by a `call_soon`) skip the
+//!    poll while the poll budget lasts (`ferroloop_core::poll_budget`: no system call until
+//!    100 µs of ready work have run since the last poll), else timeout = 0; with a stop
+//!    pending, timeout = 0; otherwise until the earliest timer (short of the kernel's timer
+//!    slack when that is more than 50 ms out: `short_of_slack`), else forever;
+//! 2. wait for I/O (GIL released only when the timeout is not zero), unless step 1 skipped it;
 //! 3. queue the reader/writer handles of ready fds, then everything injected from other threads
 //!    (injected Rust tasks run here, as a batch of their own: see step 6);
 //! 4. move due timers (deadline < now + clock resolution) to the ready queue;
@@ -14,13 +17,17 @@
 //!
 //! Invariants: no borrow of the loop state is held across the poll (GIL released) or across a
 //! call into Python (a callback, a Rust task); nothing is held back (`deferred`) once
-//! `run_ready` returns, so no write waits across a poll.
+//! `run_ready` returns, so no write waits across a poll. A skipped poll skips only steps 2-3's
+//! system call and the fd events: the injector's flag, signals and due timers are checked on
+//! every iteration; the first iteration of a `run_forever` and the last (stop pending) always
+//! poll, so I/O already ready is seen by a run of one iteration, as in asyncio.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
-use ferroloop_core::{clock, IntMap, Interest};
+use ferroloop_core::poller::short_of_slack;
+use ferroloop_core::{clock, IntMap, Interest, PollDecision};
 use pyo3::intern;
 use pyo3::prelude::*;
 
@@ -29,14 +36,33 @@ use super::{Injected, LoopCore, State, CLOCK_RESOLUTION, WAKER_TOKEN};
 use crate::handle::{Handle, Ready};
 use crate::sock_ops::os_error;
 
+/// What step 1 decided about I/O.
+enum PollPlan {
+    /// Ready work runs without a poll: the poll budget is not spent.
+    Skip,
+    /// Poll for I/O, waiting up to this long (`None`: until something happens).
+    Wait(Option<Duration>),
+}
+
 impl LoopCore {
-    /// One loop iteration; see the module docs.
-    pub(super) fn run_once(slf: &Bound<'_, Self>) -> PyResult<()> {
+    /// One loop iteration; see the module docs. `may_skip_poll`: an iteration with ready work
+    /// may skip the poll while the poll budget lasts (`_run_forever_native`; `_run_once` always
+    /// polls).
+    pub(super) fn run_once(slf: &Bound<'_, Self>, may_skip_poll: bool) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let timeout = this.poll_timeout(py)?;
-        let waker_fired = this.poll_and_queue(py, timeout)?;
-        this.shared.injector.woke(waker_fired);
+        // The iteration's one clock read while ready work is pending: for the budget, the poll
+        // timeout and the due timers (a second one only after a poll that may have slept).
+        let mut now = clock::monotonic();
+        let mut waker_fired = false;
+        if let PollPlan::Wait(timeout) = this.poll_plan(py, now, may_skip_poll)? {
+            waker_fired = this.poll_and_queue(py, timeout)?;
+            this.shared.injector.woke(waker_fired);
+            if timeout != Some(Duration::ZERO) {
+                now = clock::monotonic();
+            }
+            this.state.borrow(py)?.poll_budget.polled(now);
+        }
         // Rust tasks a `call_soon` took in (`drain_injector`) wait in `injected_tasks` with no
         // wake-up of their own: checked here too.
         if waker_fired || this.shared.injector.has_pending() || this.has_injected_tasks() {
@@ -45,24 +71,32 @@ impl LoopCore {
         // A signal may have interrupted the wait: let Python run its handlers (KeyboardInterrupt
         // leaves run_forever here, as in asyncio).
         py.check_signals()?;
-        this.queue_due_timers(py)?;
+        this.queue_due_timers(py, now)?;
         Self::run_ready(slf)
     }
 
-    /// Step 1: zero with work pending, else until the earliest timer, else forever (`None`).
-    fn poll_timeout(&self, py: Python<'_>) -> PyResult<Option<Duration>> {
+    /// Step 1: skip the poll (ready work, budget left), or poll with a timeout: zero with work
+    /// pending, else until the earliest timer, else forever (`None`).
+    fn poll_plan(&self, py: Python<'_>, now: f64, may_skip_poll: bool) -> PyResult<PollPlan> {
         let st = self.state.borrow(py)?;
-        if !st.ready.is_empty() || self.flags.stopping() || self.has_injected_tasks() {
-            return Ok(Some(Duration::ZERO));
+        if self.flags.stopping() {
+            // The last iteration of a run polls, as asyncio's does.
+            return Ok(PollPlan::Wait(Some(Duration::ZERO)));
         }
-        Ok(st.timers.peek_when().map(|when| {
-            let dt = when - clock::monotonic();
+        if !st.ready.is_empty() || self.has_injected_tasks() {
+            if may_skip_poll && st.poll_budget.decide(now) == PollDecision::Skip {
+                return Ok(PollPlan::Skip);
+            }
+            return Ok(PollPlan::Wait(Some(Duration::ZERO)));
+        }
+        Ok(PollPlan::Wait(st.timers.peek_when().map(|when| {
+            let dt = when - now;
             if dt > 0.0 {
-                Duration::from_secs_f64(dt.min(86400.0 * 365.0))
+                short_of_slack(Duration::from_secs_f64(dt.min(86400.0 * 365.0)))
             } else {
                 Duration::ZERO
             }
-        }))
+        })))
     }
 
     /// Steps 2 and 3: waits for I/O (the GIL released unless the wait cannot block) and queues
@@ -150,9 +184,10 @@ impl LoopCore {
         Ok(())
     }
 
-    /// Step 4: timers due before now + clock resolution join the ready queue.
-    fn queue_due_timers(&self, py: Python<'_>) -> PyResult<()> {
-        let end = clock::monotonic() + CLOCK_RESOLUTION;
+    /// Step 4: timers due before `now` + clock resolution join the ready queue, all in this one
+    /// pass against one clock read.
+    fn queue_due_timers(&self, py: Python<'_>, now: f64) -> PyResult<()> {
+        let end = now + CLOCK_RESOLUTION;
         let mut st = self.state.borrow(py)?;
         let State { ready, timers, .. } = &mut *st;
         while let Some(t) = timers.pop_before(end) {

@@ -13,14 +13,12 @@
 //! every fd before the poller itself is closed.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferroloop_core::{
-    clock, Events, Injector, IntMap, Interest, Poller, PushOutcome, ReadyQueue, TimerId, Timers,
-};
+use ferroloop_core::{clock, Events, Injector, Interest, Poller, PushOutcome, TimerId};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::ffi;
 use pyo3::gc::PyVisit;
@@ -31,8 +29,11 @@ use pyo3::PyTraverseError;
 
 mod fds;
 mod iteration;
+mod state;
 
-use fds::{fileobj_to_fd, FdEntry};
+use fds::fileobj_to_fd;
+pub(crate) use state::DeferredFlush;
+use state::State;
 
 use crate::cell::LoopCell;
 use crate::handle::{CallArgs, Handle, Ready, TimerHandle, NOT_SCHEDULED};
@@ -100,42 +101,6 @@ impl LoopRemote {
         self.shared.injector.push(Injected::Task(Box::new(task)))
     }
 }
-
-#[derive(Default)]
-struct State {
-    ready: ReadyQueue<Ready>,
-    timers: Timers<Py<TimerHandle>>,
-    /// Looked up once per ready fd per iteration: an `IntMap` (SipHash cost about 100
-    /// instructions per lookup; fd numbers come from the kernel, not from peers).
-    fds: IntMap<RawFd, FdEntry>,
-    /// Fds whose entry a socket operation parked since the last poll (`fds.rs`); some may have
-    /// been taken back or removed since. Emptied before every poll.
-    parked: Vec<RawFd>,
-    /// The generation of the last epoll token handed out (`next_token`).
-    generation: u32,
-    thread_id: Option<u64>,
-    /// A ready batch is running (`run_ready`): writes may be held back until it ends.
-    in_batch: bool,
-    /// Writes held back (`defer_flush`), flushed in order when the batch ends.
-    deferred: Vec<(Py<PyAny>, DeferredFlush)>,
-    /// Native work to run once the running batch's entries have run (`push_call_at_batch_end`).
-    /// Empty outside a batch: `end_batch` queues what is left for the next one.
-    batch_end: Vec<Ready>,
-    /// `batch_end` is running: work queued now waits for the next iteration.
-    in_batch_end: bool,
-}
-
-impl State {
-    /// A token for a new registration of `fd`: the fd in the low 32 bits, a new generation
-    /// above. Never `WAKER_TOKEN` (an fd is never -1).
-    fn next_token(&mut self, fd: RawFd) -> u64 {
-        self.generation = self.generation.wrapping_add(1);
-        (u64::from(self.generation) << 32) | u64::from(fd as u32)
-    }
-}
-
-/// Writes a target's held-back output (see `LoopCore::defer_flush`).
-pub(crate) type DeferredFlush = fn(&Bound<'_, PyAny>) -> PyResult<()>;
 
 /// Flags read on every call: atomics, so the hot path takes the state lock once.
 #[derive(Default)]
@@ -881,7 +846,7 @@ impl LoopCore {
             // (on a shared core: a switch back here and a second wake-up). Wake latency p50
             // 13.7 -> 7.0 us in benchmarks/loop/threadsafe.py; a producer pushing a stream keeps
             // its throughput, as only the push that finds the loop asleep writes.
-            crate::gil::detach(py, || ticket.wake())?;
+            crate::gil::detach(py, || ticket.wake_and_wait())?;
         }
         Ok(handle)
     }
@@ -1181,16 +1146,18 @@ impl LoopCore {
         Ok(self.state.borrow(py)?.timers.len())
     }
 
+    /// One iteration, which always polls for I/O (a test hook, as asyncio's `_run_once`).
     fn _run_once(slf: &Bound<'_, Self>) -> PyResult<()> {
-        Self::run_once(slf)
+        Self::run_once(slf, false)
     }
 
     /// The loop proper; the Python `run_forever` sets up and tears down around it.
     fn _run_forever_native(slf: &Bound<'_, Self>) -> PyResult<()> {
         let _counted = crate::gil::LoopThread::enter();
+        slf.get().state.borrow(slf.py())?.poll_budget.force();
         loop {
             crate::gil::park_if_exiting(slf.py());
-            Self::run_once(slf)?;
+            Self::run_once(slf, true)?;
             if slf.get().flags.stopping() {
                 return Ok(());
             }
@@ -1250,6 +1217,16 @@ impl LoopCore {
     /// Test probe: other threads have queued work the loop has not taken in yet.
     fn _injector_pending(&self) -> bool {
         self.shared.injector.has_pending()
+    }
+
+    /// Benchmark and test probe: how long ready work may run between two polls for I/O, in
+    /// seconds (`ferroloop_core::poll_budget`; 0 polls on every iteration, as asyncio does).
+    /// Returns the previous value.
+    fn _set_poll_interval(&self, py: Python<'_>, seconds: f64) -> PyResult<f64> {
+        let budget = &mut self.state.borrow(py)?.poll_budget;
+        let old = budget.interval();
+        budget.set_interval(seconds);
+        Ok(old)
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
