@@ -123,8 +123,9 @@ impl Flags {
 }
 
 // No `dict`: the Python subclass `ferroloop.Loop` gets its own, which CPython lays out as a managed
-// dict (`Py_TPFLAGS_MANAGED_DICT`, with its values in shared keys); see "Measured costs" in
-// docs/architecture.md for what that saves per lookup.
+// dict (`Py_TPFLAGS_MANAGED_DICT`, with its values in shared keys); docs/measurements.md
+// ("Measurements formerly in architecture.md", "The native stream transport") says what that
+// saves per lookup.
 #[pyclass(
     module = "ferroloop._native",
     name = "LoopCore",
