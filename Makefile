@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" ruff mypy httpx fastapi starlette \
-		aiohttp websockets anyio trustme gunicorn flask django
+		aiohttp websockets anyio trustme gunicorn flask django prometheus_client
 	touch $(STAMP)
 
 venv: $(STAMP) ## Create .venv with the build and test tools

@@ -50,7 +50,9 @@ def fake_children(monkeypatch):
     script: list[tuple[float, int]] = []
     spawned: list[int] = []
 
-    def spawn(config, sockets, request_limit=None, health=None, parent_only=(), channel=None):
+    def spawn(
+        config, sockets, request_limit=None, health=None, parent_only=(), channel=None, seat=None
+    ):
         seconds, code = script.pop(0) if script else (60.0, 0)
         pid = os.fork()
         if pid == 0:

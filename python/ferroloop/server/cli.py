@@ -194,6 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with the front: workers started besides --workers that never take bulk work",
     )
     add(
+        "--metrics",
+        action="store_true",
+        help="serve Prometheus metrics (requests, durations, workers) on a listener of their own",
+    )
+    add("--metrics-address", default="127.0.0.1", help="address of the metrics listener")
+    add("--metrics-port", type=int, default=9090, help="port of the metrics listener")
+    add(
         "--timeout-header",
         type=float,
         default=10.0,

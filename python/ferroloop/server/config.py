@@ -140,6 +140,9 @@ class Config:
         dispatch: Literal["front", "kernel"] = "front",
         lane_bulk_body: int = 1024 * 1024,
         lane_fast_workers: int = 1,
+        metrics: bool = False,
+        metrics_address: str = "127.0.0.1",
+        metrics_port: int = 9090,
     ) -> None:
         self.app = app
         self.host = host
@@ -152,6 +155,10 @@ class Config:
         self.dispatch = dispatch
         self.lane_bulk_body = lane_bulk_body
         self.lane_fast_workers = lane_fast_workers
+        # Prometheus text on a listener of its own (metrics.py).
+        self.metrics = metrics
+        self.metrics_address = metrics_address
+        self.metrics_port = metrics_port
         self.factory = factory
         self.app_dir = app_dir
         self.root_path = root_path
@@ -281,6 +288,8 @@ class Config:
             raise ValueError(f"dispatch must be 'front' or 'kernel', not {self.dispatch!r}")
         if self.lane_bulk_body < 0 or self.lane_fast_workers < 0:
             raise ValueError("lane_bulk_body and lane_fast_workers must not be negative")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be between 0 and 65535, not {self.metrics_port}")
         _positive("backlog", self.backlog)
         _positive("limit_concurrency", self.limit_concurrency)
         _positive("limit_max_requests", self.limit_max_requests)

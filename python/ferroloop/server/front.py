@@ -68,9 +68,6 @@ class WorkerChannel:
     server: object
     # GENERAL, or FAST: bulk work that reaches this worker on a kept connection goes back.
     lane: str = GENERAL
-    # The front's board and this worker's seat on it, where it counts its app tasks.
-    board: FrontBoard | None = None
-    seat: int = 0
 
 
 def server_address(sockets: Sequence[socket.socket]) -> object:
@@ -122,12 +119,17 @@ def board_capacity(config: Config) -> int:
 
 
 def start_front(
-    config: Config, sockets: Sequence[socket.socket], die_with_parent: object
+    config: Config,
+    sockets: Sequence[socket.socket],
+    die_with_parent: object,
+    board: FrontBoard | None = None,
 ) -> FrontProcess:
-    """Forks the front process; it takes the listening sockets (the caller closes its own)."""
+    """Forks the front process; it takes the listening sockets (the caller closes its own).
+    It publishes on ``board`` (made here if not given)."""
     from .. import _native
 
-    board = _native.FrontBoard(board_capacity(config))
+    if board is None:
+        board = _native.FrontBoard(board_capacity(config))
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from .config import STARTUP_FAILURE, Config
+from .metrics import MetricsExporter, new_board
 from .reload import Reloader
 from .server import Server
 from .sockets import bind_sockets, log_listeners, remove_unix_socket
@@ -50,9 +51,23 @@ def run_config(config: Config) -> int:
         return _run_parent(config, sockets, lambda: Supervisor(config, sockets).run())
 
     server = Server(config)
-    # A Ctrl-C that arrives before serve() has taken over SIGINT (while the app is imported).
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run()
+    exporter = None
+    if config.metrics:
+        board = new_board(1)
+        try:
+            exporter = MetricsExporter(config, board)
+        except OSError as exc:
+            logger.error("%s", exc.strerror)
+            return 1
+        server.seat = (board, 0)
+        exporter.start()
+    try:
+        # A Ctrl-C that arrives before serve() has taken over SIGINT (while the app is imported).
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
+    finally:
+        if exporter is not None:
+            exporter.stop()
     return 0 if server.started else STARTUP_FAILURE
 
 

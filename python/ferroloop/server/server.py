@@ -82,6 +82,8 @@ class Server:
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        # (board, seat): where this process counts its requests (``--metrics``, the front).
+        self.seat: tuple[Any, int] | None = None
         self.started = False
         self.should_exit = False
         self.force_exit = False
@@ -194,9 +196,11 @@ class Server:
                 lane=channel.lane,
                 bulk_body=self.config.lane_bulk_body,
             )
-            if channel.board is not None:
-                channel.board.seat_open(channel.seat, os.getpid())
-                options.update(board=channel.board, seat=channel.seat)
+        if self.seat is not None:
+            # This process's seat on the board (metrics.py): it counts its requests there.
+            board, seat = self.seat
+            board.seat_open(seat, os.getpid())
+            options.update(board=board, seat=seat)
         for sock in [channel.sock] if channel is not None else listeners:
             srv = cls(
                 loop,

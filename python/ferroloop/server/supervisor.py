@@ -52,6 +52,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .config import STARTUP_FAILURE, Config, jittered_request_limit
 from .front import (
@@ -59,11 +60,13 @@ from .front import (
     GENERAL,
     FrontProcess,
     WorkerChannel,
+    board_capacity,
     channel_pair,
     front_wanted,
     server_address,
     start_front,
 )
+from .metrics import MetricsExporter, new_board
 
 logger = logging.getLogger("ferroloop.error")
 
@@ -111,6 +114,7 @@ def _worker_main(
     sockets: list[socket.socket] | None,
     request_limit: int | None,
     channel: WorkerChannel | None = None,
+    seat: tuple[Any, int] | None = None,
 ) -> int:
     """Runs in the forked child; returns its exit status."""
     from .server import Server
@@ -120,6 +124,7 @@ def _worker_main(
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     try:
         server = Server(config)
+        server.seat = seat
         server.limit_max_requests = request_limit
         server.run(sockets=sockets, channel=channel)
     except KeyboardInterrupt:
@@ -142,13 +147,15 @@ def spawn_worker(
     health: socket.socket | None = None,
     parent_only: Sequence[socket.socket] = (),
     channel: WorkerChannel | None = None,
+    seat: tuple[Any, int] | None = None,
 ) -> int:
     """Forks a server process; returns its pid (the child never returns).
 
     ``sockets=None``: the worker binds its own (``--reuse-port``). ``health``: the worker's end
     of its health-check channel, answered by a thread; ``parent_only``: sockets the child
     closes (the parent's ends of every channel). ``channel``: the worker serves what the front
-    hands it over this channel, instead of ``sockets``.
+    hands it over this channel, instead of ``sockets``. ``seat``: (board, index) where the
+    worker counts its requests (``metrics.py``).
     """
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -168,7 +175,7 @@ def spawn_worker(
             threading.Thread(
                 target=answer_health_checks, args=(health,), name="health-check", daemon=True
             ).start()
-        status = _worker_main(config, sockets, request_limit, channel)
+        status = _worker_main(config, sockets, request_limit, channel, seat)
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
@@ -212,6 +219,9 @@ class Supervisor:
     _spawn_due: list[tuple[float, str]] = field(default_factory=list)
     front: FrontProcess | None = None
     _server_address: object = None
+    # Where workers count their requests and the front publishes (front.py, metrics.py).
+    board: Any = None
+    exporter_pid: int | None = None
 
     def worker_request_limit(self) -> int | None:
         return jittered_request_limit(
@@ -223,24 +233,25 @@ class Supervisor:
         ours, theirs = socket.socketpair()
         parent_only = [ours, *(w.health for w in self.workers.values() if w.health is not None)]
         sockets = self.sockets
-        channel = front_end = seat = None
+        channel = front_end = None
+        board = self.board
+        taken = {w.seat for w in self.workers.values()}
+        seat = next((i for i in range(board.capacity if board else 0) if i not in taken), None)
         if self.front is not None:
             front_end, worker_end = channel_pair()
-            board = self.front.board
-            taken = {w.seat for w in self.workers.values()}
-            free = (i for i in range(board.capacity if board else 0) if i not in taken)
-            seat = next(free, None)
-            channel = WorkerChannel(
-                worker_end,
-                self._server_address,
-                lane,
-                board=board if seat is not None else None,
-                seat=seat or 0,
-            )
+            channel = WorkerChannel(worker_end, self._server_address, lane)
             parent_only += [front_end, self.front.control]
             sockets = []
         try:
-            pid = spawn_worker(self.config, sockets, limit, theirs, parent_only, channel)
+            pid = spawn_worker(
+                self.config,
+                sockets,
+                limit,
+                theirs,
+                parent_only,
+                channel,
+                seat=(board, seat) if board is not None and seat is not None else None,
+            )
         except BaseException:
             ours.close()
             raise
@@ -280,7 +291,18 @@ class Supervisor:
         handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
         previous = {sig: signal.signal(sig, self.handle_signal) for sig in handled}
         try:
-            if front_wanted(self.config, self.sockets):
+            wants_front = front_wanted(self.config, self.sockets)
+            if self.config.metrics or wants_front:
+                self.board = new_board(board_capacity(self.config))
+            if self.config.metrics:
+                try:
+                    exporter = MetricsExporter(self.config, self.board)
+                except OSError as exc:
+                    logger.error("%s", exc.strerror)
+                    return 1
+                # A process of its own, so this one stays single-threaded for its forks.
+                self.exporter_pid = exporter.start_process(_die_with_parent)
+            if wants_front:
                 self._start_front()
             for _ in range(self.config.workers):
                 self.spawn(GENERAL)
@@ -296,15 +318,25 @@ class Supervisor:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            self._stop_exporter()
         logger.info("Stopping parent process [%d]", os.getpid())
         return self.exit_code
+
+    def _stop_exporter(self) -> None:
+        if self.exporter_pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.exporter_pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.exporter_pid, 0)
+        self.exporter_pid = None
 
     def _start_front(self) -> None:
         """Forks the front; from then on only it holds the listening sockets (closed here),
         so that once it drains, new connections are refused."""
         assert self.sockets
         self._server_address = server_address(self.sockets)
-        self.front = start_front(self.config, self.sockets, _die_with_parent)
+        self.front = start_front(self.config, self.sockets, _die_with_parent, self.board)
         for sock in self.sockets:
             sock.close()
 
@@ -386,8 +418,9 @@ class Supervisor:
         worker = self.workers.pop(pid)
         if worker.health is not None:
             worker.health.close()
-        if worker.seat is not None and self.front is not None and self.front.board is not None:
-            self.front.board.seat_open(worker.seat, 0)
+        if worker.seat is not None and self.board is not None:
+            # Its requests stay in the metrics' totals (metrics.py).
+            self.board.seat_retire(worker.seat)
         code = os.waitstatus_to_exitcode(status)
         if code == STARTUP_FAILURE:
             logger.error("Worker process [%d] failed to start; stopping the parent process.", pid)

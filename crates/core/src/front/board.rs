@@ -27,6 +27,8 @@
 //!   a seat whose `pid` is 0 is free.
 
 use std::io;
+
+use super::request_counts::{RequestCounts, RequestTotals};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -74,6 +76,7 @@ struct Seat {
     /// Monotonic nanoseconds since which at least one task has run; 0 with none.
     busy_since_ns: AtomicU64,
     tasks_started: AtomicU64,
+    requests: RequestCounts,
 }
 
 /// What a worker publishes about itself.
@@ -84,6 +87,15 @@ pub struct SeatState {
     pub tasks_running: u64,
     pub busy_since_ns: u64,
     pub tasks_started: u64,
+    pub requests: RequestTotals,
+}
+
+/// The counts of workers that are gone, so that the sums stay monotonic when a worker is
+/// replaced: written by the process that gives seats (`Board::seat_retire`), under `seq`.
+#[repr(C)]
+struct Retired {
+    seq: AtomicU64,
+    requests: RequestCounts,
 }
 
 const LEAVING: u64 = 1;
@@ -136,7 +148,8 @@ impl Board {
     /// Maps a zeroed board (shared with processes forked from now on).
     pub fn new(capacity: usize) -> io::Result<Self> {
         let len = std::mem::size_of::<Header>()
-            + capacity * (std::mem::size_of::<Slot>() + std::mem::size_of::<Seat>());
+            + capacity * (std::mem::size_of::<Slot>() + std::mem::size_of::<Seat>())
+            + std::mem::size_of::<Retired>();
         // SAFETY: an anonymous mapping at an address the kernel picks; no memory of ours is
         // touched. The result is checked against MAP_FAILED.
         let base = unsafe {
@@ -211,6 +224,52 @@ impl Board {
         }
     }
 
+    // The retired counts follow the seats; sizes are multiples of 8, so it is aligned.
+    #[allow(clippy::cast_ptr_alignment)]
+    fn retired(&self) -> &Retired {
+        let offset = std::mem::size_of::<Header>()
+            + self.capacity * (std::mem::size_of::<Slot>() + std::mem::size_of::<Seat>());
+        // SAFETY: one `Retired` follows the seats inside the mapping (`new`); zeroed atomics,
+        // valid as in `header`.
+        unsafe { &*self.base.as_ptr().add(offset).cast::<Retired>() }
+    }
+
+    /// Seat `i`'s worker is gone: its request counts join the retired ones and the seat is
+    /// freed, in one step for readers of [`Board::request_totals`] (the process that gives
+    /// seats only, after the worker exited).
+    pub fn seat_retire(&self, i: usize) {
+        let r = self.retired();
+        let seq = r.seq.load(Ordering::Relaxed);
+        r.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        let s = self.seat(i);
+        if s.pid.load(Ordering::Relaxed) != 0 {
+            r.requests.add(&s.requests.read());
+        }
+        s.pid.store(0, Ordering::Relaxed);
+        r.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+
+    /// Every request counted on the board: the seats in use and the retired workers'.
+    pub fn request_totals(&self) -> RequestTotals {
+        let r = self.retired();
+        loop {
+            let before = r.seq.load(Ordering::Acquire);
+            if before % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut total = r.requests.read();
+            for s in self.seats() {
+                total.add(&s.requests);
+            }
+            fence(Ordering::Acquire);
+            if r.seq.load(Ordering::Relaxed) == before {
+                return total;
+            }
+        }
+    }
+
     /// Seat `i` now belongs to worker `pid` (or is free with 0), its counts from zero. The
     /// supervisor gives seats; `i` must be under the capacity.
     pub fn seat_open(&self, i: usize, pid: u32) {
@@ -220,7 +279,14 @@ impl Board {
         s.tasks_running.store(0, r);
         s.busy_since_ns.store(0, r);
         s.tasks_started.store(0, r);
+        s.requests.reset();
         s.pid.store(u64::from(pid), Ordering::Release);
+    }
+
+    /// A request answered on seat `i`'s worker (its only writer): `method` an index of
+    /// `request_counts::METHODS`, its status, and how long it took.
+    pub fn seat_request(&self, i: usize, method: usize, status: u16, duration_ns: u64) {
+        self.seat(i).requests.record(method, status, duration_ns);
     }
 
     /// A task started (`true`) or ended on seat `i`'s worker, at `now_ns` (its only writer).
@@ -255,6 +321,7 @@ impl Board {
                     tasks_running: s.tasks_running.load(Ordering::Relaxed),
                     busy_since_ns: s.busy_since_ns.load(Ordering::Relaxed),
                     tasks_started: s.tasks_started.load(Ordering::Relaxed),
+                    requests: s.requests.read(),
                 })
             })
             .collect()
@@ -403,6 +470,7 @@ mod tests {
             tasks_running: 2,
             busy_since_ns: 100,
             tasks_started: 2,
+            requests: RequestTotals::default(),
         };
         assert_eq!(board.seats(), vec![busy]);
         board.seat_task(1, false, 300);
@@ -412,9 +480,18 @@ mod tests {
             board.seats()[0].busy_since_ns,
         );
         assert_eq!((running, since), (0, 0));
-        // Reopened for another worker: counts from zero; 0 frees it.
+        board.seat_request(1, 0, 200, 5_000);
+        assert_eq!(board.seats()[0].requests.count(0, 1), 1);
+        // Retired: its requests stay in the totals; reopened for another worker: counts from
+        // zero; 0 frees it.
+        board.seat_retire(1);
+        assert!(board.seats().is_empty());
+        assert_eq!(board.request_totals().count(0, 1), 1);
         board.seat_open(1, 43);
         assert_eq!(board.seats()[0].tasks_started, 0);
+        assert_eq!(board.seats()[0].requests, RequestTotals::default());
+        board.seat_request(1, 0, 200, 5_000);
+        assert_eq!(board.request_totals().count(0, 1), 2);
         board.seat_open(1, 0);
         assert!(board.seats().is_empty());
         // The front's part is untouched by the seats.

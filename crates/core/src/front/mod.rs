@@ -39,6 +39,8 @@
 
 mod board;
 mod dispatch;
+pub mod exposition;
+pub mod request_counts;
 
 pub use board::{Board, FrontState, SeatState, WorkerState};
 pub use dispatch::{choose, Lane, Load};

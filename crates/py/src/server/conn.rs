@@ -116,6 +116,37 @@ pub(super) struct Request {
     pub(super) drain_waiter: Option<Py<PyAny>>,
     /// The request is a WebSocket upgrade (`websocket/`): its session.
     pub(super) ws: Option<Box<WsSession>>,
+    /// For the worker's request counters (`HttpServer::response_done`), when it has a seat:
+    /// its method (an index of `request_counts::METHODS`) and when its head was read.
+    pub(super) method: u8,
+    pub(super) started: f64,
+}
+
+impl Request {
+    fn new(
+        seq: u64,
+        info: RequestInfo,
+        expect_continue: bool,
+        decoder: BodyDecoder,
+        ws: Option<Box<WsSession>>,
+    ) -> Self {
+        Self {
+            seq,
+            info,
+            expect_continue,
+            decoder,
+            body_bytes: 0,
+            body_delivered: false,
+            disconnect_told: false,
+            facts: None,
+            resp: Response::default(),
+            receive_waiter: None,
+            drain_waiter: None,
+            ws,
+            method: 0,
+            started: 0.0,
+        }
+    }
 }
 
 #[allow(clippy::struct_excessive_bools)] // independent facts about one socket
@@ -662,7 +693,9 @@ impl Conn {
                     fx.front_done = st.handoff.take().map(|h| (h.token, DONE_KEPT));
                 }
                 let head = &st.head;
-                let is_head = st.rbuf[st.rpos..][head.method.clone()] == *b"HEAD";
+                let method = &st.rbuf[st.rpos..][head.method.clone()];
+                let is_head = method == b"HEAD";
+                let (method, started) = server.request_started(method);
                 let info = RequestInfo {
                     version: head.version,
                     is_head,
@@ -674,20 +707,10 @@ impl Conn {
                 if ws.is_some() {
                     st.ws_seq = st.seq;
                 }
-                st.req = Some(Request {
-                    seq: st.seq,
-                    info,
-                    expect_continue: head.expect_continue,
-                    decoder: BodyDecoder::new(head.body, &server.opts().limits),
-                    body_bytes: 0,
-                    body_delivered: false,
-                    disconnect_told: false,
-                    facts: None,
-                    resp: Response::default(),
-                    receive_waiter: None,
-                    drain_waiter: None,
-                    ws,
-                });
+                let decoder = BodyDecoder::new(head.body, &server.opts().limits);
+                let mut req = Request::new(st.seq, info, head.expect_continue, decoder, ws);
+                (req.method, req.started) = (method, started);
+                st.req = Some(req);
                 st.phase = Phase::Busy;
                 st.deadline = f64::INFINITY;
                 st.header_clock = false;

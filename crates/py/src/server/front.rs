@@ -89,6 +89,16 @@ impl FrontBoard {
         Ok(out)
     }
 
+    /// Seat `seat`'s worker is gone: its request counts stay in the totals, and the seat is
+    /// free (the supervisor, once the worker exited).
+    fn seat_retire(&self, seat: usize) -> PyResult<()> {
+        if seat >= self.board.capacity() {
+            return Err(PyValueError::new_err("seat is beyond the board's capacity"));
+        }
+        self.board.seat_retire(seat);
+        Ok(())
+    }
+
     /// The seats in use: one dict per worker that has one (`seat`, `pid`, `tasks_running`,
     /// `busy_since`, `tasks_started`), as the workers wrote them.
     fn seats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
@@ -104,6 +114,17 @@ impl FrontBoard {
             list.append(d)?;
         }
         Ok(list)
+    }
+
+    /// The board as Prometheus text (`--metrics`): the workers' seats, and the front's part
+    /// once a front has published.
+    fn exposition(&self) -> String {
+        let total = self.board.request_totals();
+        let seats = self.board.seats();
+        let (front, workers) = self.board.snapshot();
+        let now_ns = (ferroloop_core::clock::monotonic() * 1e9) as u64;
+        let published = (front.updated_ns > 0).then_some((&front, workers.as_slice()));
+        ferroloop_core::front::exposition::render(&total, &seats, published, now_ns)
     }
 
     #[getter]

@@ -718,10 +718,27 @@ impl HttpServer {
         unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_Copy(self.context.as_ptr())) }
     }
 
-    pub(crate) fn response_done(&self, py: Python<'_>) {
+    /// A response completed: counted, and on the seat (when this worker has one) by method
+    /// and status, with its duration from `started` (when its head was read).
+    pub(crate) fn response_done(&self, py: Python<'_>, method: u8, status: u16, started: f64) {
         if let Ok(mut st) = self.state.borrow(py) {
             st.requests += 1;
         }
+        if let Some((board, seat)) = &self.seat {
+            let took = (ferroloop_core::clock::monotonic() - started).max(0.0);
+            board.seat_request(*seat, usize::from(method), status, (took * 1e9) as u64);
+        }
+    }
+
+    /// What `response_done` needs of a request whose head was just read, when this worker
+    /// counts requests on a seat (`--metrics`, or behind the front): its method's index in
+    /// `request_counts::METHODS` and the time; zeros otherwise.
+    pub(crate) fn request_started(&self, method: &[u8]) -> (u8, f64) {
+        if self.seat.is_none() {
+            return (0, 0.0);
+        }
+        let index = ferroloop_core::front::request_counts::method_index(method);
+        (index as u8, ferroloop_core::clock::monotonic())
     }
 
     /// Reports a connection accepted (`made`) or closed to `trace_connections`, if set; what

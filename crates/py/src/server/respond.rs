@@ -365,7 +365,7 @@ impl Conn {
         if std::mem::take(&mut st.bulk) {
             fx.bulk = Some(false);
         }
-        server.response_done(py);
+        server.response_done(py, req.method, status, req.started);
         if let (Some(_), Some(facts)) = (server.access_log(), &req.facts) {
             let query = facts.query.bind(py).as_bytes();
             let path = if query.is_empty() {

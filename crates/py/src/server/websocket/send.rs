@@ -201,7 +201,8 @@ impl Conn {
             ws.ping_due = clock::monotonic() + interval;
         }
         st.deadline = ws.deadline();
-        server.response_done(py);
+        let (method, started) = st.req.as_ref().map_or((0, 0.0), |r| (r.method, r.started));
+        server.response_done(py, method, 101, started);
         flush_now(st, fx, fd);
         // Frames the client sent right behind its request are decoded now.
         Self::ws_input(py, server, st, fx)

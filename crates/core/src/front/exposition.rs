@@ -1,0 +1,257 @@
+//! The board as Prometheus text (exposition format 0.0.4), for `--metrics`: the workers'
+//! request counters summed, their app tasks, and, behind the front, each worker's load and the
+//! front's counts.
+//!
+//! Label values come only from fixed tables (`request_counts`), lanes and process ids, so
+//! nothing a client sends reaches the text.
+
+use std::fmt::Write;
+
+use super::board::{FrontState, SeatState, WorkerState};
+use super::request_counts::{RequestTotals, BUCKETS, METHODS, STATUS_CLASSES};
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// The text for `seats` and, when a front publishes on the board, `front`. `now_ns` is the
+/// monotonic clock of the scrape (for how long workers have been busy).
+/// `total`: the requests of every worker so far, gone ones included (`Board::request_totals`).
+pub fn render(
+    total: &RequestTotals,
+    seats: &[SeatState],
+    front: Option<(&FrontState, &[WorkerState])>,
+    now_ns: u64,
+) -> String {
+    let mut out = String::with_capacity(4096);
+    family(
+        &mut out,
+        "ferroloop_requests_total",
+        "counter",
+        "HTTP requests answered by the app (WebSocket upgrades accepted count as 1xx), by \
+         method and status class, over every worker since the server started.",
+    );
+    for (m, method) in METHODS.iter().enumerate() {
+        for (c, class) in STATUS_CLASSES.iter().enumerate() {
+            let n = total.count(m, c);
+            if n > 0 {
+                let _ = writeln!(
+                    out,
+                    "ferroloop_requests_total{{method=\"{method}\",status=\"{class}\"}} {n}"
+                );
+            }
+        }
+    }
+    family(
+        &mut out,
+        "ferroloop_request_duration_seconds",
+        "histogram",
+        "From a request's head read to its response's last byte handed to the socket.",
+    );
+    let mut cumulative = 0;
+    for (i, bound) in BUCKETS.iter().enumerate() {
+        cumulative += total.buckets[i];
+        let _ = writeln!(
+            out,
+            "ferroloop_request_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
+        );
+    }
+    cumulative += total.buckets[BUCKETS.len()];
+    let _ = writeln!(
+        out,
+        "ferroloop_request_duration_seconds_bucket{{le=\"+Inf\"}} {cumulative}\n\
+         ferroloop_request_duration_seconds_sum {}\n\
+         ferroloop_request_duration_seconds_count {cumulative}",
+        total.duration_sum_ns as f64 * 1e-9
+    );
+    family(
+        &mut out,
+        "ferroloop_requests_in_flight",
+        "gauge",
+        "App tasks running: requests being answered and open WebSocket sessions.",
+    );
+    let running: u64 = seats.iter().map(|s| s.tasks_running).sum();
+    let _ = writeln!(out, "ferroloop_requests_in_flight {running}");
+    family(
+        &mut out,
+        "ferroloop_worker_busy_seconds",
+        "gauge",
+        "Per worker: for how long it has had at least one app task running (0: free).",
+    );
+    for s in seats {
+        let busy = if s.busy_since_ns > 0 {
+            now_ns.saturating_sub(s.busy_since_ns) as f64 * 1e-9
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            out,
+            "ferroloop_worker_busy_seconds{{pid=\"{}\"}} {busy}",
+            s.pid
+        );
+    }
+    family(
+        &mut out,
+        "ferroloop_worker_tasks_started_total",
+        "counter",
+        "Per worker: app tasks started since it started.",
+    );
+    for s in seats {
+        let _ = writeln!(
+            out,
+            "ferroloop_worker_tasks_started_total{{pid=\"{}\"}} {}",
+            s.pid, s.tasks_started
+        );
+    }
+    if let Some((front, workers)) = front {
+        render_front(&mut out, front, workers);
+    }
+    out
+}
+
+fn render_front(out: &mut String, front: &FrontState, workers: &[WorkerState]) {
+    for (name, help, value) in [
+        (
+            "ferroloop_front_connections_accepted_total",
+            "Connections the front accepted.",
+            front.accepted,
+        ),
+        (
+            "ferroloop_front_dispatched_total",
+            "Connections the front handed to a worker, with a request.",
+            front.dispatched,
+        ),
+        (
+            "ferroloop_front_returned_total",
+            "Connections workers gave back to the front.",
+            front.returned,
+        ),
+        (
+            "ferroloop_front_lost_with_worker_total",
+            "Connections a worker took with it when it went away.",
+            front.lost_with_worker,
+        ),
+    ] {
+        family(out, name, "counter", help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+    family(
+        out,
+        "ferroloop_front_connections_held",
+        "gauge",
+        "Idle connections the front holds.",
+    );
+    let _ = writeln!(out, "ferroloop_front_connections_held {}", front.held);
+    family(
+        out,
+        "ferroloop_front_pending",
+        "gauge",
+        "Requests waiting in the front for a worker that may take them, by kind.",
+    );
+    let _ = writeln!(
+        out,
+        "ferroloop_front_pending{{kind=\"small\"}} {}\nferroloop_front_pending{{kind=\"bulk\"}} {}",
+        front.pending_small, front.pending_bulk
+    );
+    family(
+        out,
+        "ferroloop_worker_handed",
+        "gauge",
+        "Per worker: connections handed to it and not back (a request being served, or a \
+         keep-alive connection it keeps), by lane.",
+    );
+    for w in workers {
+        let lane = if w.fast_lane { "fast" } else { "general" };
+        let _ = writeln!(
+            out,
+            "ferroloop_worker_handed{{pid=\"{}\",lane=\"{lane}\"}} {}",
+            w.id, w.in_flight
+        );
+    }
+    family(
+        out,
+        "ferroloop_worker_bulk_running",
+        "gauge",
+        "Per worker: 1 while bulk work (a large or chunked upload) runs there.",
+    );
+    for w in workers {
+        let _ = writeln!(
+            out,
+            "ferroloop_worker_bulk_running{{pid=\"{}\"}} {}",
+            w.id,
+            u8::from(w.bulk_running)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_summed_over_seats_and_buckets_are_cumulative() {
+        let mut a = SeatState {
+            pid: 7,
+            tasks_running: 1,
+            busy_since_ns: 1_000_000_000,
+            tasks_started: 3,
+            ..SeatState::default()
+        };
+        a.requests.by_method_status[1] = 2; // GET 2xx
+        a.requests.buckets[0] = 2;
+        a.requests.duration_sum_ns = 1_500_000;
+        let mut b = SeatState {
+            pid: 8,
+            ..SeatState::default()
+        };
+        b.requests.by_method_status[2 * 5 + 4] = 1; // POST 5xx
+        b.requests.buckets[BUCKETS.len()] = 1;
+        b.requests.duration_sum_ns = 11_000_000_000;
+        let mut total = RequestTotals::default();
+        total.add(&a.requests);
+        total.add(&b.requests);
+        let text = render(&total, &[a, b], None, 3_000_000_000);
+        for line in [
+            "ferroloop_requests_total{method=\"GET\",status=\"2xx\"} 2",
+            "ferroloop_requests_total{method=\"POST\",status=\"5xx\"} 1",
+            "ferroloop_request_duration_seconds_bucket{le=\"0.001\"} 2",
+            "ferroloop_request_duration_seconds_bucket{le=\"10\"} 2",
+            "ferroloop_request_duration_seconds_bucket{le=\"+Inf\"} 3",
+            "ferroloop_request_duration_seconds_count 3",
+            "ferroloop_request_duration_seconds_sum 11.0015",
+            "ferroloop_requests_in_flight 1",
+            "ferroloop_worker_busy_seconds{pid=\"7\"} 2",
+            "ferroloop_worker_busy_seconds{pid=\"8\"} 0",
+            "ferroloop_worker_tasks_started_total{pid=\"7\"} 3",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        assert!(!text.contains("ferroloop_front_"));
+        assert!(!text.contains("method=\"PUT\""), "zero cells are left out");
+    }
+
+    #[test]
+    fn behind_the_front_each_worker_s_load_is_there() {
+        let front = FrontState {
+            accepted: 5,
+            pending_bulk: 2,
+            ..FrontState::default()
+        };
+        let w = WorkerState {
+            id: 9,
+            fast_lane: true,
+            in_flight: 4,
+            bulk_running: true,
+            ..WorkerState::default()
+        };
+        let text = render(&RequestTotals::default(), &[], Some((&front, &[w])), 0);
+        for line in [
+            "ferroloop_front_connections_accepted_total 5",
+            "ferroloop_front_pending{kind=\"bulk\"} 2",
+            "ferroloop_worker_handed{pid=\"9\",lane=\"fast\"} 4",
+            "ferroloop_worker_bulk_running{pid=\"9\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+    }
+}

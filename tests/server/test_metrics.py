@@ -1,0 +1,162 @@
+"""``--metrics``: Prometheus text on a listener of its own, counted natively by each worker on
+its seat of the board and read by the exporter with no message to the workers."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytestmark = pytest.mark.ferroloop_only("--metrics is ferroloop's")
+
+SAMPLE = re.compile(r"^([a-z_]+)(?:\{([^}]*)\})? (\S+)$")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples of http://127.0.0.1:PORT/metrics, by (name, labels)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = SAMPLE.match(line)
+        assert match, f"not an exposition line: {line!r}"
+        name, labels, value = match.groups()
+        pairs = tuple((k, v) for k, v in re.findall(r'([a-z_]+)="([^"]*)"', labels or ""))
+        samples[(name, pairs)] = float(value)
+    return samples
+
+
+def requests_total(samples, method: str, status: str) -> float:
+    return samples.get(("ferroloop_requests_total", (("method", method), ("status", status))), 0.0)
+
+
+def send_mix(connect, server) -> None:
+    """3 GET 200, 2 GET 404, 1 POST 200, 1 GET 500 (the app raises)."""
+    connection = connect(server)
+    for _ in range(3):
+        assert connection.request("GET", "/hello").status == 200
+    for _ in range(2):
+        assert connection.request("GET", "/missing").status == 404
+    assert connection.request("POST", "/echo", body=b"x" * 10).status == 200
+    assert connection.request("GET", "/raise-before-start").status == 500
+
+
+@pytest.mark.parametrize("workers", [(), ("--workers", "2")], ids=["one", "workers-2"])
+def test_counts_agree_with_the_requests_sent(spawn_server, connect, workers):
+    port = free_port()
+    server = spawn_server("raw_asgi:app", "--metrics", "--metrics-port", str(port), *workers)
+    server.wait_for_output("Serving metrics on")
+    send_mix(connect, server)
+    deadline = time.monotonic() + 10
+    while True:
+        samples = scrape(port)
+        if requests_total(samples, "GET", "5xx") >= 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert requests_total(samples, "GET", "2xx") == 3
+    assert requests_total(samples, "GET", "4xx") == 2
+    assert requests_total(samples, "POST", "2xx") == 1
+    assert requests_total(samples, "GET", "5xx") == 1
+    count = samples[("ferroloop_request_duration_seconds_count", ())]
+    assert count == 7
+    assert samples[("ferroloop_request_duration_seconds_bucket", (("le", "+Inf"),))] == 7
+    buckets = sorted(
+        (float(labels[0][1]), value)
+        for (name, labels), value in samples.items()
+        if name == "ferroloop_request_duration_seconds_bucket" and labels[0][1] != "+Inf"
+    )
+    assert all(a[1] <= b[1] for a, b in itertools.pairwise(buckets)), "buckets are cumulative"
+    assert 0 < samples[("ferroloop_request_duration_seconds_sum", ())] < 10
+    assert samples[("ferroloop_requests_in_flight", ())] == 0
+    started = [v for (n, _), v in samples.items() if n == "ferroloop_worker_tasks_started_total"]
+    assert sum(started) == 7
+    front = [n for (n, _) in samples if n.startswith("ferroloop_front_")]
+    if workers:
+        assert samples[("ferroloop_front_dispatched_total", ())] >= 1
+        assert len(started) == 3, "two general workers and the fast one"
+    else:
+        assert front == [] and len(started) == 1
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=10)
+        raise AssertionError("only /metrics is served")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 404
+
+
+def test_a_request_in_flight_shows_and_so_does_its_worker_s_busy_time(
+    spawn_server, connect, tmp_path
+):
+    port = free_port()
+    server = spawn_server("raw_asgi:app", "--metrics", "--metrics-port", str(port))
+    server.wait_for_output("Serving metrics on")
+    connection = connect(server)
+    connection.send(b"GET /sleep?s=1 HTTP/1.1\r\nHost: t\r\n\r\n")
+    deadline = time.monotonic() + 10
+    while scrape(port)[("ferroloop_requests_in_flight", ())] != 1:
+        assert time.monotonic() < deadline, "the sleeping request never showed"
+        time.sleep(0.02)
+    time.sleep(0.2)
+    busy = [v for (n, _), v in scrape(port).items() if n == "ferroloop_worker_busy_seconds"]
+    assert len(busy) == 1 and busy[0] >= 0.2
+    assert connection.read_response().status == 200
+
+
+def test_the_exposition_parses_with_prometheus_client(spawn_server, connect):
+    parser = pytest.importorskip("prometheus_client.parser")
+    port = free_port()
+    server = spawn_server(
+        "raw_asgi:app", "--metrics", "--metrics-port", str(port), "--workers", "2"
+    )
+    server.wait_for_output("Serving metrics on")
+    send_mix(connect, server)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        families = {
+            f.name: f for f in parser.text_string_to_metric_families(response.read().decode())
+        }
+    assert families["ferroloop_request_duration_seconds"].type == "histogram"
+    assert families["ferroloop_requests"].type == "counter"
+
+
+def test_a_taken_metrics_port_stops_the_server_with_a_clear_error(spawn_server):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        for workers in ((), ("--workers", "2")):
+            server = spawn_server(
+                "raw_asgi:app", "--metrics", "--metrics-port", str(port), *workers, wait=False
+            )
+            assert server.wait_exit() == 1
+            assert f"cannot serve metrics on 127.0.0.1:{port}" in server.output_text()
+
+
+def test_totals_keep_the_requests_of_replaced_workers(spawn_server, connect):
+    """Workers replaced at their request limit: their counts stay in the totals."""
+    port = free_port()
+    server = spawn_server(
+        "raw_asgi:app",
+        *("--metrics", "--metrics-port", str(port)),
+        *("--workers", "2", "--limit-max-requests", "3"),
+    )
+    server.wait_for_output("Serving metrics on")
+    for _ in range(20):
+        connection = connect(server)
+        assert connection.request("GET", "/hello").status == 200
+        connection.close()
+    server.wait_for_output("exited after its request limit")
+    deadline = time.monotonic() + 10
+    while requests_total(scrape(port), "GET", "2xx") != 20:
+        assert time.monotonic() < deadline, scrape(port)
+        time.sleep(0.05)
