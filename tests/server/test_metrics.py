@@ -4,7 +4,9 @@ its seat of the board and read by the exporter with no message to the workers.""
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import signal
 import socket
 import time
 import urllib.error
@@ -160,3 +162,45 @@ def test_totals_keep_the_requests_of_replaced_workers(spawn_server, connect):
     while requests_total(scrape(port), "GET", "2xx") != 20:
         assert time.monotonic() < deadline, scrape(port)
         time.sleep(0.05)
+
+
+def test_a_dead_metrics_process_is_replaced(spawn_server):
+    port = free_port()
+    server = spawn_server(
+        "raw_asgi:app", "--metrics", "--metrics-port", str(port), "--workers", "2"
+    )
+    found = re.search(r"/metrics \(process \[(\d+)\]\)", server.wait_for_output("(process ["))
+    assert found
+    scrape(port)
+    os.kill(int(found.group(1)), signal.SIGKILL)
+    server.wait_for_output("The metrics process")
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            scrape(port)
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "metrics were not served again"
+            time.sleep(0.05)
+
+
+def test_sigterm_still_refuses_new_connections_with_metrics_on(spawn_server, connect):
+    """The metrics process holds no copy of the listening socket: once the front has closed
+    it, new connections are refused."""
+    port = free_port()
+    server = spawn_server(
+        "raw_asgi:app", "--metrics", "--metrics-port", str(port), "--workers", "2"
+    )
+    server.wait_for_output("(process [")
+    # A request in flight keeps the server draining for 3 s.
+    slow = connect(server)
+    slow.send(b"GET /sleep?s=3 HTTP/1.1\r\nHost: t\r\n\r\n")
+    time.sleep(0.3)
+    server.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 1.5
+    while (sock := server.try_connect()) is not None:
+        sock.close()
+        assert time.monotonic() < deadline, "still accepting after SIGTERM"
+        time.sleep(0.05)
+    assert slow.read_response().status == 200
+    server.assert_exits_cleanly()

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
@@ -79,19 +80,23 @@ class MetricsExporter:
         self._thread.start()
         self._log_started()
 
-    def start_process(self, die_with_parent: Any = None) -> int:
+    def start_process(self, die_with_parent: Any = None, parent_only: Sequence[Any] = ()) -> int:
         """Serves in a forked process of its own (for a process that forks workers and must
-        stay single-threaded); returns its pid. The listener closes here."""
+        stay single-threaded); returns its pid. The listener closes here; ``parent_only``
+        (the server's listening sockets) close in the child, so that a drain that closes them
+        everywhere else refuses new connections."""
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
         pid = os.fork()
         if pid:
             self._server.server_close()
-            self._log_started()
+            self._log_started(f" (process [{pid}])")
             return pid
         status = 1
         try:
+            for sock in parent_only:
+                sock.close()
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
             if callable(die_with_parent):
@@ -103,9 +108,9 @@ class MetricsExporter:
         finally:
             os._exit(status)
 
-    def _log_started(self) -> None:
+    def _log_started(self, where: str = "") -> None:
         host, port = self.address[:2]
-        logger.info("Serving metrics on http://%s:%d/metrics", host, port)
+        logger.info("Serving metrics on http://%s:%d/metrics%s", host, port, where)
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):

@@ -294,14 +294,8 @@ class Supervisor:
             wants_front = front_wanted(self.config, self.sockets)
             if self.config.metrics or wants_front:
                 self.board = new_board(board_capacity(self.config))
-            if self.config.metrics:
-                try:
-                    exporter = MetricsExporter(self.config, self.board)
-                except OSError as exc:
-                    logger.error("%s", exc.strerror)
-                    return 1
-                # A process of its own, so this one stays single-threaded for its forks.
-                self.exporter_pid = exporter.start_process(_die_with_parent)
+            if self.config.metrics and not self._start_exporter():
+                return 1
             if wants_front:
                 self._start_front()
             for _ in range(self.config.workers):
@@ -321,6 +315,23 @@ class Supervisor:
             self._stop_exporter()
         logger.info("Stopping parent process [%d]", os.getpid())
         return self.exit_code
+
+    def _start_exporter(self) -> bool:
+        """Forks the metrics exporter (a process of its own, so this one stays single-threaded
+        for its forks); False, logged, if its port cannot be bound."""
+        try:
+            exporter = MetricsExporter(self.config, self.board)
+        except OSError as exc:
+            logger.error("%s", exc.strerror)
+            return False
+        parent_only = [
+            *(self.sockets or ()),
+            *(w.health for w in self.workers.values() if w.health),
+        ]
+        if self.front is not None:
+            parent_only.append(self.front.control)
+        self.exporter_pid = exporter.start_process(_die_with_parent, parent_only)
+        return True
 
     def _stop_exporter(self) -> None:
         if self.exporter_pid is None:
@@ -412,6 +423,14 @@ class Supervisor:
                 self.front = None
                 self.exit_code = 1
                 self.should_exit = True
+            elif pid == self.exporter_pid:
+                self.exporter_pid = None
+                logger.warning(
+                    "The metrics process [%d] died (%s); starting a new one.",
+                    pid,
+                    describe_status(status),
+                )
+                self._start_exporter()
         return exited
 
     def _on_worker_exit(self, pid: int, status: int) -> None:
