@@ -40,6 +40,8 @@ def run_config(config: Config) -> int:
         config.load_tls()
         config.tls_material = None
     if config.should_reload:
+        if config.metrics:
+            logger.warning("--metrics is not served with --reload (a development mode).")
         sockets = bind_sockets(config)
         return _run_parent(config, sockets, lambda: Reloader(config, sockets).run())
     if config.workers > 1:
