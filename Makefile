@@ -39,8 +39,9 @@ run-echo: build ## The loop demo: an echo server and 64 clients on ferroloop (ex
 
 test: build test-rust test-cpython test-cpython-asyncio-task test-python ## The whole test suite: Rust units, our tests, CPython's asyncio suite
 
-test-rust: ## Rust unit tests of the core (no Python needed)
+test-rust: ## Rust unit tests of the core and of the C API layout (no Python needed)
 	cargo test -q -p ferroloop-core
+	cargo test -q -p ferroloop-embed --no-default-features
 
 test-python: build build-examples ## Our Python tests: each case on asyncio's loop and on ferroloop, plus leak tests
 	$(PY) -m pytest -q

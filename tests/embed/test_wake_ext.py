@@ -33,11 +33,14 @@ def test_remote_uses_the_c_api_only_on_ferroloop(loop: Any, loop_name: str) -> N
     assert wake_ext.Waker(loop).native == (loop_name == "ferroloop")
 
 
-def test_many_threads_complete_every_future_with_its_value_or_exception(loop: Any, run) -> None:
+@pytest.mark.parametrize("force_fallback", [False, True], ids=["for_loop", "forced_fallback"])
+def test_many_threads_complete_every_future_with_its_value_or_exception(
+    loop: Any, run, force_fallback: bool
+) -> None:
     n, threads = 20_000, 64
 
     async def main() -> list[Any]:
-        waker = wake_ext.Waker(asyncio.get_running_loop())
+        waker = wake_ext.Waker(asyncio.get_running_loop(), force_fallback=force_fallback)
         futures = [loop.create_future() for _ in range(n)]
         waker.complete(futures, threads, fail_every=997)
         results = await asyncio.gather(*futures, return_exceptions=True)

@@ -82,9 +82,17 @@ impl Remote {
                 inner: Inner::Native { api, handle },
             });
         }
+        Self::with_call_soon_threadsafe(loop_)
+    }
+
+    /// A remote that always takes the GIL and calls `loop_.call_soon_threadsafe`, even on a
+    /// ferroloop loop (for comparisons, and to test an extension's fallback path).
+    pub fn with_call_soon_threadsafe(loop_: &Bound<'_, PyAny>) -> PyResult<Self> {
         Ok(Self {
             inner: Inner::Fallback {
-                call_soon_threadsafe: loop_.getattr(intern!(py, "call_soon_threadsafe"))?.unbind(),
+                call_soon_threadsafe: loop_
+                    .getattr(intern!(loop_.py(), "call_soon_threadsafe"))?
+                    .unbind(),
             },
         })
     }
