@@ -11,7 +11,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv build build-examples run run-echo bench-http bench-wsgi bench-tls bench-ws bench-workers bench-isolation bench-instructions test test-py312 test-py313 test-rust test-python test-cpython test-cpython-asyncio-task record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
+.PHONY: help venv build build-examples bench-wake run run-echo bench-http bench-wsgi bench-tls bench-ws bench-workers bench-isolation bench-instructions test test-py312 test-py313 test-rust test-python test-cpython test-cpython-asyncio-task record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -85,6 +85,10 @@ bench: build ## Loop benchmarks against asyncio, uvloop and rloop (tables + PNG 
 		echo "OpenSSL headers not found (the echo client links OpenSSL): apt-get install -y libssl-dev"; exit 1; }
 	$(PIP) install -q uvloop rloop matplotlib
 	$(PY) benchmarks/loop/run.py
+
+bench-wake: build build-examples ## Native threads completing futures: call_soon_threadsafe, a pipe, the C API (benchmarks/results/wake.md)
+	$(PIP) install -q uvloop rloop
+	$(PY) benchmarks/wake/run.py --out benchmarks/results/wake.md
 
 bench-http: build ## HTTP server benchmarks against granian, uvicorn, hypercorn (tables + PNG in benchmarks/results)
 	@command -v wrk >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null; } || \

@@ -131,3 +131,21 @@ def test_completion_racing_close_runs_once_or_is_refused(loop_factory) -> None:
         assert done + waker.refused <= n
     del futures, loop
     assert wait_for_jobs() == 0
+
+
+def test_uvloop_takes_the_fallback_and_every_future_completes() -> None:
+    """uvloop is not a ferroloop loop: the wrapper uses its call_soon_threadsafe (skipped
+    where uvloop is not installed; `make bench` and `make bench-wake` install it)."""
+    uvloop = pytest.importorskip("uvloop")
+    loop = uvloop.new_event_loop()
+    try:
+        waker = wake_ext.Waker(loop)
+        assert not waker.native
+        futures = [loop.create_future() for _ in range(2_000)]
+        waker.complete(futures, 16)
+        results = loop.run_until_complete(asyncio.gather(*futures))
+        waker.join()
+        assert results == [2 * i for i in range(2_000)]
+    finally:
+        loop.close()
+    assert wait_for_jobs() == 0
