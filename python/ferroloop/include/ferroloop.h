@@ -32,8 +32,8 @@
  * - Futures: remote_register keeps a reference to the future until it is resolved or the loop
  *   closes. A token is resolved once; resolving it again reports a RuntimeError to the
  *   exception handler (after your build function ran, so `arg` is still released). If the
- *   future was cancelled meanwhile, the built value is dropped. A token never lost keeps its
- *   future alive until the loop closes.
+ *   future was cancelled meanwhile, the built value is dropped. A token that is never
+ *   resolved keeps its future alive until the loop closes.
  * - After close: remote_call and remote_resolve return FERROLOOP_ERR_CLOSED;
  *   remote_register fails with RuntimeError. The handle stays valid until remote_free.
  */
