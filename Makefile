@@ -11,7 +11,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv build run run-echo bench-http bench-wsgi bench-tls bench-ws bench-workers bench-isolation bench-instructions test test-py312 test-py313 test-rust test-python test-cpython test-cpython-asyncio-task record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
+.PHONY: help venv build build-examples bench-wake run run-echo bench-http bench-wsgi bench-tls bench-ws bench-workers bench-isolation bench-instructions test test-py312 test-py313 test-rust test-python test-cpython test-cpython-asyncio-task record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -28,6 +28,9 @@ venv: $(STAMP) ## Create .venv with the build and test tools
 build: $(STAMP) ## Build the extension (release) and install ferroloop into .venv
 	$(VENV)/bin/maturin develop --release -q
 
+build-examples: build ## Build examples/wake_ext (the C API example extension) into .venv (~10 s after build)
+	$(VENV)/bin/maturin develop --release -q -m examples/wake_ext/Cargo.toml
+
 run: build ## The main job: serve examples/app.py with the ferroloop server on http://127.0.0.1:8000
 	$(PY) -m ferroloop app:app --app-dir examples --host 127.0.0.1 --port $${PORT:-8000}
 
@@ -36,10 +39,11 @@ run-echo: build ## The loop demo: an echo server and 64 clients on ferroloop (ex
 
 test: build test-rust test-cpython test-cpython-asyncio-task test-python ## The whole test suite: Rust units, our tests, CPython's asyncio suite
 
-test-rust: ## Rust unit tests of the core (no Python needed)
+test-rust: ## Rust unit tests of the core and of the C API layout (no Python needed)
 	cargo test -q -p ferroloop-core
+	cargo test -q -p ferroloop-embed --no-default-features
 
-test-python: build ## Our Python tests: each case on asyncio's loop and on ferroloop, plus leak tests
+test-python: build build-examples ## Our Python tests: each case on asyncio's loop and on ferroloop, plus leak tests
 	$(PY) -m pytest -q
 
 test-cpython: build ## CPython's test.test_asyncio against ferroloop; fails if the pass count drops
@@ -81,6 +85,10 @@ bench: build ## Loop benchmarks against asyncio, uvloop and rloop (tables + PNG 
 		echo "OpenSSL headers not found (the echo client links OpenSSL): apt-get install -y libssl-dev"; exit 1; }
 	$(PIP) install -q uvloop rloop matplotlib
 	$(PY) benchmarks/loop/run.py
+
+bench-wake: build build-examples ## Native threads completing futures: call_soon_threadsafe, a pipe, the C API (benchmarks/results/wake.md)
+	$(PIP) install -q uvloop rloop
+	$(PY) benchmarks/wake/run.py --out benchmarks/results/wake.md
 
 bench-http: build ## HTTP server benchmarks against granian, uvicorn, hypercorn (tables + PNG in benchmarks/results)
 	@command -v wrk >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null; } || \

@@ -28,12 +28,21 @@ __all__ = [
     "Task",
     "TimerHandle",
     "__version__",
+    "get_include",
     "install",
     "new_event_loop",
     "run",
     "serve",
     "task_factory",
 ]
+
+
+def get_include() -> str:
+    """The directory of ``ferroloop.h``, the C API for waking the loop from native threads
+    (compile with ``-I`` this directory, as with ``numpy.get_include()``)."""
+    import os
+
+    return os.path.join(os.path.dirname(__file__), "include")
 
 
 def __getattr__(name: str) -> Any:

@@ -77,6 +77,8 @@ class Loop(LoopCore, SocketOps, SignalOps, TransportOps, base_events.BaseEventLo
         if self.is_closed():
             return
         self._signals_close()
+        # C API work already accepted runs while the loop can still schedule callbacks.
+        self._close_remotes()
         super().close()
         self._close_native()
         self._transports_close()
@@ -93,6 +95,8 @@ class Loop(LoopCore, SocketOps, SignalOps, TransportOps, base_events.BaseEventLo
             }
             if handle._source_traceback:
                 context["source_traceback"] = handle._source_traceback
+        elif isinstance(handle, str):
+            context = {"message": handle, "exception": exc}
         else:
             context = {
                 "message": "Exception in a task handed to the loop by Rust code",

@@ -5,12 +5,13 @@ from collections.abc import Callable
 from contextvars import Context
 from typing import Any, Literal, final
 
-from typing_extensions import disjoint_base
+from typing_extensions import CapsuleType, disjoint_base
 
 __all__ = [
     "CONTEXT_POOL",
     "DEBUG_BUILD",
     "HANDLE_POOL",
+    "_C_API",
     "ClientDisconnected",
     "Connection",
     "DatagramCore",
@@ -42,6 +43,8 @@ __all__ = [
 ]
 DEBUG_BUILD: bool
 HANDLE_POOL: bool
+# The C API for native extensions (include/ferroloop.h): a capsule of a function table.
+_C_API: CapsuleType
 CONTEXT_POOL: bool
 
 def _install_fast_methods(cls: type) -> None: ...
@@ -225,6 +228,8 @@ class LoopCore:
     def _run_once(self) -> None: ...
     def _run_forever_native(self) -> None: ...
     def _close_native(self) -> None: ...
+    def _close_remotes(self) -> None: ...
+    def _remote_futures_pending(self) -> int: ...
     def _injector_pending(self) -> bool: ...
     def _set_poll_interval(self, seconds: float) -> float: ...
     def _spawn_rust_producer(

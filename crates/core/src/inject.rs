@@ -28,6 +28,10 @@
 //!   waits for `writing` to reach zero (both `SeqCst`). So either the producer sees `closed`
 //!   and does not write, or `close` waits for its write: no write can reach a file that reused
 //!   the eventfd's number.
+//! - [`Injector::seal`] and [`Injector::try_push`] decide under the queue's mutex: once `seal`
+//!   has returned, no `try_push` queues anything (it hands the item back), so what the loop
+//!   drains after sealing is everything it will ever get from `try_push` callers. Plain `push`
+//!   ignores the seal (its callers leave their leftovers to the loop's drop).
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -48,9 +52,20 @@ pub enum PushOutcome {
     Woke,
 }
 
+/// The queued items, and whether `try_push` is refused (see the invariants).
+#[derive(Debug)]
+struct Queue<T> {
+    items: Vec<T>,
+    sealed: bool,
+}
+
+/// What a [`Injector::try_push`] after [`Injector::seal`] gives back: the item, not queued.
+#[derive(Debug)]
+pub struct Sealed<T>(pub T);
+
 #[derive(Debug)]
 pub struct Injector<T> {
-    queue: Mutex<Vec<T>>,
+    queue: Mutex<Queue<T>>,
     pending: AtomicBool,
     sleeping: AtomicBool,
     notified: AtomicBool,
@@ -68,7 +83,10 @@ pub struct Injector<T> {
 impl<T> Injector<T> {
     pub fn new() -> io::Result<Self> {
         Ok(Self {
-            queue: Mutex::new(Vec::new()),
+            queue: Mutex::new(Queue {
+                items: Vec::new(),
+                sealed: false,
+            }),
             pending: AtomicBool::new(false),
             sleeping: AtomicBool::new(false),
             notified: AtomicBool::new(false),
@@ -94,10 +112,39 @@ impl<T> Injector<T> {
     /// will want (Python's GIL). The ticket writes when it is used or dropped, so the wake-up is
     /// never lost; until then no other producer writes (`notified` is set).
     pub fn push_deferred(&self, item: T) -> Option<WakeTicket<'_, T>> {
+        self.lock().items.push(item);
+        self.after_push()
+    }
+
+    /// Queues `item` as [`Injector::push`] does, unless [`Injector::seal`] was called: then the
+    /// item comes back untouched.
+    pub fn try_push(&self, item: T) -> Result<io::Result<PushOutcome>, Sealed<T>> {
+        {
+            let mut q = self.lock();
+            if q.sealed {
+                return Err(Sealed(item));
+            }
+            q.items.push(item);
+        }
+        Ok(match self.after_push() {
+            Some(ticket) => ticket.wake().map(|()| PushOutcome::Woke),
+            None => Ok(PushOutcome::Queued),
+        })
+    }
+
+    /// Refuses every later [`Injector::try_push`]; returns whether it was already sealed.
+    pub fn seal(&self) -> bool {
+        std::mem::replace(&mut self.lock().sealed, true)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<T>> {
         self.queue
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(item);
+    }
+
+    /// After an item went into the queue: publishes it and claims the wake-up if the loop sleeps.
+    fn after_push(&self) -> Option<WakeTicket<'_, T>> {
         self.pending.store(true, Ordering::SeqCst);
         // `then`, not `then_some`: a ticket built and dropped would write the eventfd.
         self.claim_wake().then(|| WakeTicket { injector: self })
@@ -184,15 +231,12 @@ impl<T> Injector<T> {
         if !self.pending.swap(false, Ordering::SeqCst) {
             return 0;
         }
-        let mut q = self
-            .queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let n = q.len();
+        let mut q = self.lock();
+        let n = q.items.len();
         if out.is_empty() {
-            std::mem::swap(&mut *q, out);
+            std::mem::swap(&mut q.items, out);
         } else {
-            out.append(&mut q);
+            out.append(&mut q.items);
         }
         n
     }
@@ -260,11 +304,11 @@ impl<T> Injector<T> {
     pub fn peek_if_free(&self, f: impl FnOnce(&[T])) -> bool {
         match self.queue.try_lock() {
             Ok(q) => {
-                f(&q);
+                f(&q.items);
                 true
             }
             Err(std::sync::TryLockError::Poisoned(p)) => {
-                f(&p.into_inner());
+                f(&p.into_inner().items);
                 true
             }
             Err(std::sync::TryLockError::WouldBlock) => false,
@@ -309,6 +353,52 @@ mod tests {
         assert_eq!(inj.push(1).unwrap(), PushOutcome::Woke);
         let mut out = Vec::new();
         assert_eq!(inj.drain_into(&mut out), 1);
+    }
+
+    #[test]
+    fn try_push_after_seal_hands_the_item_back_and_queues_nothing() {
+        let inj = Injector::new().unwrap();
+        assert_eq!(inj.try_push(1).unwrap().unwrap(), PushOutcome::Queued);
+        assert!(!inj.seal());
+        assert!(matches!(inj.try_push(2), Err(Sealed(2))));
+        assert!(inj.seal());
+        // Plain pushes still queue (their callers rely on the loop's drop for leftovers).
+        assert_eq!(inj.push(3).unwrap(), PushOutcome::Queued);
+        let mut out = Vec::new();
+        assert_eq!(inj.drain_into(&mut out), 2);
+        assert_eq!(out, vec![1, 3]);
+    }
+
+    /// Producers racing `seal`: every item is either drained after the seal or handed back,
+    /// never both, never lost.
+    #[test]
+    fn seal_racing_producers_loses_nothing() {
+        const THREADS: usize = 4;
+        const PER_THREAD: usize = 5_000;
+        let inj = Arc::new(Injector::new().unwrap());
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let inj = Arc::clone(&inj);
+                std::thread::spawn(move || {
+                    let mut refused = Vec::new();
+                    for i in 0..PER_THREAD {
+                        if let Err(Sealed(item)) = inj.try_push(t * PER_THREAD + i) {
+                            refused.push(item);
+                        }
+                    }
+                    refused
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_micros(200));
+        let _ = inj.seal();
+        let mut got = Vec::new();
+        inj.drain_into(&mut got);
+        for h in handles {
+            got.extend(h.join().unwrap());
+        }
+        got.sort_unstable();
+        assert!(got.iter().copied().eq(0..THREADS * PER_THREAD));
     }
 
     /// Whether the eventfd is readable now (a zero-timeout poll).

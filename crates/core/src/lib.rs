@@ -36,7 +36,7 @@ pub mod tls;
 pub mod waker;
 pub mod ws;
 
-pub use inject::{Injector, PushOutcome};
+pub use inject::{Injector, PushOutcome, Sealed};
 pub use intmap::IntMap;
 pub use outq::{Flushed, OutQueue, WriteCall};
 pub use poll_budget::{PollBudget, PollDecision};

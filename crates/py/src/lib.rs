@@ -7,6 +7,7 @@ compile_error!(
 );
 
 mod cached_method;
+mod capi;
 mod cell;
 mod context_pool;
 pub mod event_loop;
@@ -67,6 +68,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gil::_after_fork_in_child, m)?)?;
     m.add_function(wrap_pyfunction!(task_registry::_install_task_registry, m)?)?;
     m.add_function(wrap_pyfunction!(transport::_install_transport_methods, m)?)?;
+    capi::install(m)?;
     m.add("DEBUG_BUILD", cfg!(debug_assertions))?;
     m.add("HANDLE_POOL", handle_alloc::installed(m.py()))?;
     m.add("CONTEXT_POOL", context_pool::installed())?;

@@ -32,7 +32,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::fds::FdEntry;
-use super::{Injected, LoopCore, State, CLOCK_RESOLUTION, WAKER_TOKEN};
+use super::{Injected, LoopCore, State, Taken, CLOCK_RESOLUTION, WAKER_TOKEN};
 use crate::handle::{Handle, Ready};
 use crate::sock_ops::os_error;
 
@@ -362,7 +362,8 @@ impl LoopCore {
                     crate::handle::track_again(&h, h.get());
                     st.ready.push(h.into());
                 }
-                Injected::Task(t) => tasks.push(t),
+                Injected::Task(t) => tasks.push(Taken::Rust(t)),
+                Injected::Native(w) => tasks.push(Taken::Native(w)),
             }
         }
         Ok(())
@@ -396,9 +397,15 @@ impl LoopCore {
         this.state.borrow(py)?.in_batch = true;
         let mut result = Ok(());
         for task in tasks {
-            if let Err(e) = task(py) {
-                let loop_ = slf.clone().into_any().unbind();
-                if let Err(e) = crate::handle::report_failure(slf.as_any(), &loop_, e) {
+            let failed = match task {
+                Taken::Rust(t) => t(py).err().map(|e| (e, false)),
+                Taken::Native(w) => w
+                    .run(py, Some(&this.shared.futures))
+                    .err()
+                    .map(|e| (e, true)),
+            };
+            if let Some((e, native)) = failed {
+                if let Err(e) = Self::report_injected_failure(slf, e, native) {
                     result = Err(e);
                     break;
                 }

@@ -9,8 +9,9 @@
 //!   `call_soon_threadsafe` and Rust producers (`LoopRemote`) push into the injector, which
 //!   wakes the loop only if it sleeps (see `ferroloop_core::inject`).
 //!
-//! The iteration itself is in `iteration.rs`, the fd table in `fds.rs`. `close()` deregisters
-//! every fd before the poller itself is closed.
+//! The iteration itself is in `iteration.rs`, the fd table in `fds.rs`, the C API's queued work
+//! and registered futures in `native_work.rs`. `close()` deregisters every fd before the poller
+//! itself is closed.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -29,9 +30,11 @@ use pyo3::PyTraverseError;
 
 mod fds;
 mod iteration;
+pub mod native_work;
 mod state;
 
 use fds::fileobj_to_fd;
+use native_work::{FutureTable, NativeWork};
 pub(crate) use state::DeferredFlush;
 use state::State;
 
@@ -51,6 +54,12 @@ impl LoopCore {
     /// clearing the loop): handles are tracked by the collector again first, as they would be
     /// when drained, since their callers may still hold them.
     fn drop_injected(&self) {
+        // Native work is refused from now on, and the registered futures go (native_work.rs).
+        let _ = self.shared.injector.seal();
+        // SAFETY: every caller holds the GIL (close, tp_clear, tp_dealloc).
+        self.shared
+            .futures
+            .close(unsafe { Python::assume_attached() });
         let mut queued = Vec::new();
         self.shared.injector.drain_into(&mut queued);
         for item in &queued {
@@ -79,11 +88,21 @@ pub enum Injected {
     Handle(Py<Handle>),
     /// Rust code to run on the loop thread with the GIL (the server's path, and `LoopRemote`).
     Task(RustTask),
+    /// A C API request (`crate::capi`).
+    Native(NativeWork),
+}
+
+/// What the loop took in from the injector and runs at step 3b (`take_injected`).
+pub enum Taken {
+    Rust(RustTask),
+    Native(NativeWork),
 }
 
 pub struct Shared {
     poller: Poller,
     injector: Injector<Injected>,
+    /// Futures registered through the C API, by token (touched only with the GIL).
+    futures: FutureTable,
 }
 
 /// A cheap, `Send + Sync` way for Rust threads to hand work to a loop without the GIL.
@@ -99,6 +118,22 @@ impl LoopRemote {
         task: impl FnOnce(Python<'_>) -> PyResult<()> + Send + 'static,
     ) -> io::Result<PushOutcome> {
         self.shared.injector.push(Injected::Task(Box::new(task)))
+    }
+
+    /// Queues a C API request unless the loop is closed (then it comes back, not run).
+    pub fn try_native(&self, work: NativeWork) -> Result<(), NativeWork> {
+        match self.shared.injector.try_push(Injected::Native(work)) {
+            // Queued; a failed eventfd write cannot be undone, and the loop takes the item
+            // at its next wake-up anyway.
+            Ok(_) => Ok(()),
+            Err(ferroloop_core::Sealed(Injected::Native(work))) => Err(work),
+            Err(_) => unreachable!("try_push hands back the item it was given"),
+        }
+    }
+
+    /// GIL held: registers `future` for a native resolve; its token.
+    pub fn register_future(&self, py: Python<'_>, future: Py<PyAny>) -> PyResult<u64> {
+        self.shared.futures.register(py, future)
     }
 }
 
@@ -139,7 +174,7 @@ pub struct LoopCore {
     shared: Arc<Shared>,
     /// Loop-thread scratch space; never touched by other threads.
     events: Mutex<Events>,
-    injected_tasks: Mutex<Vec<RustTask>>,
+    injected_tasks: Mutex<Vec<Taken>>,
     /// `{"loop": self}`, built once: the keyword arguments of every Future and Task this loop
     /// creates (the C Future's `__init__` only reads them). Visited and cleared by the GC hooks,
     /// since it refers back to the loop.
@@ -770,6 +805,7 @@ impl LoopCore {
         let shared = Shared {
             poller: Poller::new()?,
             injector: Injector::new()?,
+            futures: FutureTable::default(),
         };
         shared
             .poller
@@ -1215,6 +1251,17 @@ impl LoopCore {
         });
     }
 
+    /// Called by `Loop.close()` before the loop is marked closed: refuses further C API work
+    /// and runs what was accepted (native_work.rs).
+    fn _close_remotes(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Self::close_remotes(slf)
+    }
+
+    /// Test probe: how many futures registered through the C API wait for their resolve.
+    fn _remote_futures_pending(&self) -> usize {
+        self.shared.futures.pending()
+    }
+
     /// Test probe: other threads have queued work the loop has not taken in yet.
     fn _injector_pending(&self) -> bool {
         self.shared.injector.has_pending()
@@ -1248,6 +1295,7 @@ impl LoopCore {
                 visit.call(target)?;
             }
         }
+        self.shared.futures.traverse(&visit)?;
         if let Some(kw) = self.future_kwargs.try_borrow_for_gc() {
             visit.call(&*kw)?;
         }
