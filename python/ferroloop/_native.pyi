@@ -9,6 +9,7 @@ from typing_extensions import disjoint_base
 
 __all__ = [
     "CONTEXT_POOL",
+    "CPYTHON_LOANS",
     "DEBUG_BUILD",
     "HANDLE_POOL",
     "ClientDisconnected",
@@ -42,6 +43,10 @@ __all__ = [
 DEBUG_BUILD: bool
 HANDLE_POOL: bool
 CONTEXT_POOL: bool
+# Each private CPython internal ferroloop borrows and what was decided for it at import:
+# "used", "forced" (FERROLOOP_PORTABLE=1), "not needed", or "fallback: <why>"
+# (crates/py/src/cpython_loans.rs).
+CPYTHON_LOANS: dict[str, str]
 
 def _install_fast_methods(cls: type) -> None: ...
 def _prepare_exit(timeout: float) -> int: ...
@@ -67,7 +72,7 @@ class Task(asyncio.Task[Any]):
         loop: Any = None,
         name: Any = None,
         context: Context | None = None,
-        eager_start: bool = False,
+        eager_start: object = None,
     ) -> Task: ...
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...
     def __del__(self) -> None: ...
@@ -201,7 +206,12 @@ class LoopCore:
     ) -> TimerHandle: ...
     def create_future(self) -> Any: ...
     def create_task(
-        self, coro: Any, *, name: object | None = None, context: Context | None = None
+        self,
+        coro: Any,
+        *,
+        name: object | None = None,
+        context: Context | None = None,
+        **kwargs: Any,
     ) -> Any: ...
     def sock_recv(self, sock: Any, n: int) -> Any: ...
     def sock_recv_into(self, sock: Any, buf: Any) -> Any: ...

@@ -215,6 +215,7 @@ def test_task_is_an_asyncio_task_and_future(loop, Task):
     loop.run_until_complete(task)
 
 
+@pytest.mark.cpython_loan("task_layout")
 def test_every_name_of_asyncio_task_is_the_native_tasks_own():
     # ferroloop.Task subclasses asyncio.Task but never initialises the C Task's part of the
     # object (crates/py/src/task_base.rs): a name it inherited from asyncio.Task or
@@ -826,6 +827,7 @@ def test_await_and_iter_drive_the_task(loop, run, Task):
 # --- ferroloop.Task only ----------------------------------------------------------------------
 
 
+@pytest.mark.cpython_loan("task_layout")
 def test_native_task_refuses_eager_start(loop):
     import ferroloop
 
@@ -837,6 +839,7 @@ def test_native_task_refuses_eager_start(loop):
     assert loop.run_until_complete(task) == 1
 
 
+@pytest.mark.cpython_loan("task_layout")
 def test_native_task_factory_makes_native_tasks(loop):
     import ferroloop
 

@@ -37,6 +37,7 @@ def native_weakset() -> weakref.WeakSet:
 
 
 @needs_registry
+@pytest.mark.cpython_loan("task_registry")
 def test_installed_on_import() -> None:
     registry = getattr(_asyncio, REGISTRY_NAME)
     add = vars(registry)["add"]
@@ -45,6 +46,7 @@ def test_installed_on_import() -> None:
 
 
 @needs_registry
+@pytest.mark.cpython_loan("task_registry")
 def test_opt_out_environment_variable() -> None:
     code = f"import _asyncio, ferroloop, sys; sys.exit('add' in vars(_asyncio.{REGISTRY_NAME}))"
     env = dict(os.environ, FERROLOOP_NATIVE_TASK_REGISTRY="0")
