@@ -121,16 +121,27 @@ class TransportOps:
             logger.error("Unable to clean up listening UNIX socket %r: %r", path, err)
 
     def _make_socket_transport(
-        self, sock: Any, protocol: Any, waiter: Any = None, *, extra: Any = None, server: Any = None
+        self,
+        sock: Any,
+        protocol: Any,
+        waiter: Any = None,
+        *,
+        extra: Any = None,
+        server: Any = None,
+        context: Any = None,
     ) -> Any:
-        """The native transport for plain stream sockets; asyncio's class for anything else."""
+        """The native transport for plain stream sockets; asyncio's class for anything else.
+
+        ``context`` (asyncio 3.15 passes each connection a copy of its creator's context, in
+        which its transport runs the protocol's callbacks) is accepted and not used yet: the
+        protocol's callbacks run in the loop's context, as on 3.14 (tests/py315/EXCEPTIONS.md)."""
         self._check_no_transport(sock)
-        cls = (
-            _SelectorSocketTransport
-            if native_capable(sock)
-            else selector_events._SelectorSocketTransport
-        )
-        return cls(self, sock, protocol, waiter, extra, server)
+        if not native_capable(sock):
+            cls = selector_events._SelectorSocketTransport
+            if context is not None:  # only 3.15's asyncio passes one, and takes one
+                return cls(self, sock, protocol, waiter, extra, server, context=context)
+            return cls(self, sock, protocol, waiter, extra, server)
+        return _SelectorSocketTransport(self, sock, protocol, waiter, extra, server)
 
     def _make_datagram_transport(
         self, sock: Any, protocol: Any, address: Any = None, waiter: Any = None, extra: Any = None
@@ -169,6 +180,7 @@ class TransportOps:
         server: Any = None,
         ssl_handshake_timeout: float = constants.SSL_HANDSHAKE_TIMEOUT,
         ssl_shutdown_timeout: float = constants.SSL_SHUTDOWN_TIMEOUT,
+        context: Any = None,
     ) -> Any:
         """asyncio's TLS layering (an ``sslproto.SSLProtocol`` over a socket transport), with
         ferroloop's subclass whose per-record path is native (``_ssl_protocol``) and the socket

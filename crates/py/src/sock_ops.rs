@@ -384,6 +384,7 @@ impl SocketOperation {
                     PyTuple::empty(py),
                     this.writes(py)?,
                     Some(this.sock.bind(py)),
+                    None,
                 )?;
                 *this.registration.borrow(py)? = Some((handle, fd));
                 fut.call_method1(intern!(py, "add_done_callback"), (slf,))?;

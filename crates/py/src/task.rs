@@ -1708,7 +1708,18 @@ unsafe extern "C" fn task_init(
     // SAFETY: `slf` is a live, borrowed instance of `Task` (the slot is on that type, which
     // cannot be subclassed).
     let task = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<Task>() };
-    match Task::start(&task) {
+    // A second `__init__`: CPython 3.15's C Task refuses it (`future_init`), earlier ones
+    // initialise again; this one has nothing to redo.
+    let again = || -> PyResult<()> {
+        if py.version_info() >= (3, 15) && task.get().st.borrow(py)?.started {
+            let name = task.get_type().fully_qualified_name()?;
+            return Err(PyRuntimeError::new_err(format!(
+                "{name} object is already initialized"
+            )));
+        }
+        Task::start(&task)
+    };
+    match again() {
         Ok(()) => 0,
         Err(e) => {
             e.restore(py);

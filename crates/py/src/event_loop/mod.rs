@@ -1029,25 +1029,28 @@ impl LoopCore {
         }
     }
 
-    /// `add_reader` that returns the handle (asyncio's `_add_reader`).
-    #[pyo3(signature = (fd, callback, *args))]
+    /// `add_reader` that returns the handle (asyncio's `_add_reader`); `context=` (asyncio
+    /// 3.15's transports pass theirs) is the context the callback runs in.
+    #[pyo3(signature = (fd, callback, *args, context=None))]
     fn _add_reader(
         slf: &Bound<'_, Self>,
         fd: &Bound<'_, PyAny>,
         callback: &Bound<'_, PyAny>,
         args: Bound<'_, PyTuple>,
+        context: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        Self::set_fd_handle(slf, fd, callback, args, false)
+        Self::set_fd_handle_as(slf, fd, callback, args, false, None, context)
     }
 
-    #[pyo3(signature = (fd, callback, *args))]
+    #[pyo3(signature = (fd, callback, *args, context=None))]
     fn _add_writer(
         slf: &Bound<'_, Self>,
         fd: &Bound<'_, PyAny>,
         callback: &Bound<'_, PyAny>,
         args: Bound<'_, PyTuple>,
+        context: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        Self::set_fd_handle(slf, fd, callback, args, true)
+        Self::set_fd_handle_as(slf, fd, callback, args, true, None, context)
     }
 
     #[pyo3(signature = (fd, callback, *args))]
