@@ -223,7 +223,30 @@ def test_every_name_of_asyncio_task_is_the_native_tasks_own():
     from ferroloop import Task
 
     inherited = (set(vars(asyncio.Task)) | set(vars(asyncio.Future))) - set(vars(Task))
-    assert inherited <= {"__doc__", "__module__"}, sorted(inherited)
+    # 3.14's `_asyncio_awaited_by` (asyncio.capture_call_graph) reads the C Future's
+    # fut_awaited_by, which 3.14's future_add_to_awaited_by keeps in the C part of any
+    # subclass's instance, this one's included: that part of the C state is the task's own.
+    assert inherited <= {"__doc__", "__module__", "_asyncio_awaited_by"}, sorted(inherited)
+
+
+@pytest.mark.cpython_loan("task_layout")
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="asyncio.capture_call_graph is new in 3.14")
+def test_call_graph_shows_native_tasks_awaited_by_gather(loop):
+    from ferroloop import Task
+
+    graphs = []
+
+    async def leaf():
+        await asyncio.sleep(0)
+        graphs.append(asyncio.capture_call_graph(asyncio.current_task()))
+
+    async def parent():
+        await asyncio.gather(Task(leaf(), loop=loop, name="leaf"))
+
+    loop.run_until_complete(Task(parent(), loop=loop, name="parent"))
+    (graph,) = graphs
+    assert graph.future.get_name() == "leaf"
+    assert [g.future.get_name() for g in graph.awaited_by] == ["parent"]
 
 
 def test_task_attributes_live_in_an_instance_dict(loop, Task):

@@ -63,6 +63,8 @@
 //!
 //! `FERROLOOP_PORTABLE=1` in the environment when the module is first imported forces every
 //! fallback (no warning then: it was asked for); `make test-portable` runs the suite so.
+//! `FERROLOOP_PORTABLE=unknown-python` makes the import behave as on a CPython newer than every
+//! listed one (for the test of that path).
 //!
 //! Invariants:
 //! - Each loan is decided once, by [`take`], while the module is initialised (with the GIL
@@ -161,6 +163,13 @@ pub(crate) fn forced() -> bool {
     std::env::var_os("FERROLOOP_PORTABLE").is_some_and(|v| v == "1")
 }
 
+/// Whether `FERROLOOP_PORTABLE=unknown-python` asks to behave as on a CPython newer than every
+/// listed one: each versioned loan fails its check, with the warning a user would see
+/// (`tests/native/test_cpython_loans.py` checks that the import then warns once and works).
+fn simulate_unknown() -> bool {
+    std::env::var_os("FERROLOOP_PORTABLE").is_some_and(|v| v == "unknown-python")
+}
+
 /// The running interpreter's minor version (3.x).
 fn minor(py: Python<'_>) -> u8 {
     py.version_info().minor
@@ -170,7 +179,11 @@ fn minor(py: Python<'_>) -> u8 {
 /// the ones it was checked against, nor when `check` (run only otherwise) says why not. Returns
 /// whether the loan may be used; records the outcome for [`warn_failed`] and `CPYTHON_LOANS`.
 pub(crate) fn take(py: Python<'_>, loan: Loan, check: impl FnOnce() -> Result<(), String>) -> bool {
-    let m = minor(py);
+    let m = if simulate_unknown() {
+        u8::MAX
+    } else {
+        minor(py)
+    };
     if forced() {
         record(loan, Outcome::Forced);
         return false;
@@ -181,7 +194,7 @@ pub(crate) fn take(py: Python<'_>, loan: Loan, check: impl FnOnce() -> Result<()
     }
     if let Some((lo, hi)) = verified(loan) {
         if !(lo..=hi).contains(&m) {
-            let why = format!("checked on CPython 3.{lo} to 3.{hi} only");
+            let why = format!("read on CPython 3.{lo} to 3.{hi} only");
             record(loan, Outcome::Failed(why));
             return false;
         }
