@@ -104,6 +104,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "cpython_loan(name): tests the fast path of a CPython loan (crates/py/src/"
+        "cpython_loans.rs); skipped, with the reason, where that loan is not used "
+        "(FERROLOOP_PORTABLE=1, or its check failed on this Python)",
+    )
+    config.addinivalue_line(
+        "markers",
         "native_task_xfail(reason, raises=None, loop=None): a known divergence of ferroloop.Task "
         "from asyncio's Task; strict xfail on the ferroloop.Task parameter only (and only on "
         "the loop named by loop, if given)",
@@ -125,12 +131,36 @@ def _strict_xfail(marker: pytest.Mark, what: str) -> pytest.MarkDecorator:
     )
 
 
+def loan_status(name: str) -> str:
+    """What ferroloop decided for the CPython loan ``name`` at import ("used", "forced",
+    "not needed" or "fallback: <why>"); ``task_registry`` is decided on the Python side."""
+    from ferroloop import _native
+
+    if name == "task_registry":
+        from ferroloop import _task_registry
+
+        return "used" if _task_registry.install() else "not installed"
+    return _native.CPYTHON_LOANS.get(name, "unknown loan")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        for marker in item.iter_markers("cpython_loan"):
+            name = marker.args[0]
+            status = loan_status(name)
+            if status != "used":
+                item.add_marker(
+                    pytest.mark.skip(reason=f"the fast path of the CPython loan {name}: {status}")
+                )
         callspec = getattr(item, "callspec", None)
         if callspec is None:
             continue
         params = callspec.params
+        if params.get("task_kind") == "ferroloop.Task" and loan_status("task_layout") != "used":
+            # ferroloop.Task is asyncio.Task itself here: the asyncio.Task parameter runs it.
+            status = loan_status("task_layout")
+            item.add_marker(pytest.mark.skip(reason=f"ferroloop.Task is asyncio.Task: {status}"))
+            continue
         marker = item.get_closest_marker("ferroloop_xfail")
         if marker is not None and params.get("loop_factory") == "ferroloop":
             item.add_marker(_strict_xfail(marker, "ferroloop"))

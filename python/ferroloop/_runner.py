@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -10,8 +11,17 @@ from ._loop import Loop, new_event_loop
 
 T = TypeVar("T")
 
+if sys.version_info >= (3, 14):
+    # Policies are deprecated in 3.14 (removed in 3.16): the public names warn when read, so
+    # the policy is built on, and installed through, the names asyncio itself uses.
+    from asyncio.events import _set_event_loop_policy as _set_policy
+    from asyncio.unix_events import _DefaultEventLoopPolicy as _DefaultPolicy
+else:
+    from asyncio import DefaultEventLoopPolicy as _DefaultPolicy
+    from asyncio import set_event_loop_policy as _set_policy
 
-class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
+
+class EventLoopPolicy(_DefaultPolicy):  # type: ignore[misc,valid-type]
     """An asyncio policy whose loops are ferroloop loops."""
 
     def _loop_factory(self) -> Loop:  # type: ignore[override]
@@ -22,8 +32,12 @@ class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
 
 
 def install() -> None:
-    """Makes ferroloop the default loop for ``asyncio.new_event_loop()`` and ``asyncio.run``."""
-    asyncio.set_event_loop_policy(EventLoopPolicy())
+    """Makes ferroloop the default loop for ``asyncio.new_event_loop()`` and ``asyncio.run``.
+
+    Works where asyncio has event-loop policies (until 3.16), without asyncio's 3.14
+    deprecation warning; ``asyncio.run(main(), loop_factory=ferroloop.new_event_loop)`` or
+    ``ferroloop.run(main())`` need no policy."""
+    _set_policy(EventLoopPolicy())
 
 
 def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None) -> T:

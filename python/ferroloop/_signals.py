@@ -90,8 +90,14 @@ class SignalOps:
     def add_signal_handler(self, sig: int, callback: Any, *args: Any) -> None:
         """Calls ``callback(*args)`` in the loop when signal ``sig`` arrives (main thread only)."""
         import asyncio
+        from asyncio import coroutines
 
-        if asyncio.iscoroutine(callback) or asyncio.iscoroutinefunction(callback):
+        # 3.14 deprecates asyncio.iscoroutinefunction; its own add_signal_handler uses the
+        # private, warning-free one, which earlier versions do not have.
+        is_coroutine_function = getattr(
+            coroutines, "_iscoroutinefunction", coroutines.iscoroutinefunction
+        )
+        if coroutines.iscoroutine(callback) or is_coroutine_function(callback):
             raise TypeError("coroutines cannot be used with add_signal_handler()")
         self._check_signal(sig)
         self._check_closed()  # type: ignore[attr-defined]

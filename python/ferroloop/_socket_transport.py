@@ -47,6 +47,10 @@ class CoreStateMixin:
 
     __slots__ = ()
     _core: Any
+    # asyncio 3.15's transports run the protocol's callbacks in a context of their own, which
+    # their borrowed `_add_reader`/`_add_writer`/`_call_soon` pass on; a native core's
+    # callbacks run in the loop's context (not done yet: tests/py315/EXCEPTIONS.md).
+    _context: Any = None
 
     _protocol = core_attr("_protocol")
     _conn_lost = core_attr("_conn_lost")

@@ -14,6 +14,7 @@ import io
 import os
 import socket
 import ssl
+import sys
 from asyncio import base_events, exceptions
 from collections.abc import Coroutine
 from typing import Any
@@ -222,9 +223,14 @@ class SocketOps:
                     break
                 total += sent
         finally:
-            if total > 0:
+            # As the running asyncio: 3.15 moves the file position past what was sent even
+            # when that is nothing; earlier versions only after sending something.
+            if total > 0 or _SEEKS_WHEN_NOTHING_SENT:
                 file.seek(offset + total)
         return total
+
+
+_SEEKS_WHEN_NOTHING_SENT = sys.version_info >= (3, 15)
 
 
 def _sock_call(sock: socket.socket, method: str, *args: Any) -> Any:

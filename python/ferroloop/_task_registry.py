@@ -8,9 +8,10 @@ same work on the set instance, which the C code's method lookup finds first. The
 contents and ``all_tasks()`` are unchanged, and so is every other loop's behaviour (the registry is
 process-wide: tasks of asyncio's own loop register through the native ``add`` too).
 
-It is installed when ``ferroloop`` is imported, on CPython 3.11 to 3.13 only (later versions
-register tasks differently), unless ``FERROLOOP_NATIVE_TASK_REGISTRY=0`` is set in the
-environment.
+It is installed when ``ferroloop`` is imported, on CPython 3.11 to 3.13 only (3.14 registers
+tasks in a per-thread linked list instead), unless ``FERROLOOP_NATIVE_TASK_REGISTRY=0`` or
+``FERROLOOP_PORTABLE=1`` is set in the environment. It is the ``task_registry`` loan of
+``crates/py/src/cpython_loans.rs``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ _REGISTRY_NAMES = {(3, 11): "_all_tasks", (3, 12): "_scheduled_tasks", (3, 13): 
 def install() -> bool:
     """Install the native ``add``; returns whether it is in place."""
     if os.environ.get("FERROLOOP_NATIVE_TASK_REGISTRY", "1") == "0":
+        return False
+    if os.environ.get("FERROLOOP_PORTABLE") == "1":  # every CPython loan's fallback forced
         return False
     name = _REGISTRY_NAMES.get(sys.version_info[:2])
     if name is None:

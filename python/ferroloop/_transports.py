@@ -27,7 +27,7 @@ import socket
 import ssl
 import sys
 import weakref
-from asyncio import constants, selector_events, unix_events
+from asyncio import constants, selector_events, streams, unix_events
 from asyncio.log import logger
 from typing import Any
 
@@ -93,6 +93,14 @@ class TransportOps:
         # filled by asyncio 3.13's ``create_unix_server`` (``cleanup_socket=True``), never by
         # 3.11's, which leaves the file in place.
         self._unix_server_sockets: dict[socket.socket, int] = {}
+        if sys.version_info >= (3, 14):
+            # 3.14's `_make_subprocess_transport` (borrowed above) asks the loop's own child
+            # watcher, which its Unix loop makes in `__init__` (child watchers left the policy).
+            self._watcher = (
+                unix_events._PidfdChildWatcher()  # type: ignore[attr-defined]
+                if unix_events.can_use_pidfd()  # type: ignore[attr-defined]
+                else unix_events._ThreadedChildWatcher()  # type: ignore[attr-defined]
+            )
 
     def _stop_serving(self, sock: socket.socket) -> None:
         """The selector loop's ``_stop_serving``, then, for a Unix socket ``create_unix_server``
@@ -113,16 +121,27 @@ class TransportOps:
             logger.error("Unable to clean up listening UNIX socket %r: %r", path, err)
 
     def _make_socket_transport(
-        self, sock: Any, protocol: Any, waiter: Any = None, *, extra: Any = None, server: Any = None
+        self,
+        sock: Any,
+        protocol: Any,
+        waiter: Any = None,
+        *,
+        extra: Any = None,
+        server: Any = None,
+        context: Any = None,
     ) -> Any:
-        """The native transport for plain stream sockets; asyncio's class for anything else."""
+        """The native transport for plain stream sockets; asyncio's class for anything else.
+
+        ``context`` (asyncio 3.15 passes each connection a copy of its creator's context, in
+        which its transport runs the protocol's callbacks) is accepted and not used yet: the
+        protocol's callbacks run in the loop's context, as on 3.14 (tests/py315/EXCEPTIONS.md)."""
         self._check_no_transport(sock)
-        cls = (
-            _SelectorSocketTransport
-            if native_capable(sock)
-            else selector_events._SelectorSocketTransport
-        )
-        return cls(self, sock, protocol, waiter, extra, server)
+        if not native_capable(sock):
+            cls = selector_events._SelectorSocketTransport
+            if context is not None:  # only 3.15's asyncio passes one, and takes one
+                return cls(self, sock, protocol, waiter, extra, server, context=context)
+            return cls(self, sock, protocol, waiter, extra, server)
+        return _SelectorSocketTransport(self, sock, protocol, waiter, extra, server)
 
     def _make_datagram_transport(
         self, sock: Any, protocol: Any, address: Any = None, waiter: Any = None, extra: Any = None
@@ -161,6 +180,7 @@ class TransportOps:
         server: Any = None,
         ssl_handshake_timeout: float = constants.SSL_HANDSHAKE_TIMEOUT,
         ssl_shutdown_timeout: float = constants.SSL_SHUTDOWN_TIMEOUT,
+        context: Any = None,
     ) -> Any:
         """asyncio's TLS layering (an ``sslproto.SSLProtocol`` over a socket transport), with
         ferroloop's subclass whose per-record path is native (``_ssl_protocol``) and the socket
@@ -220,6 +240,15 @@ class TransportOps:
             call_connection_made=False,
         )
         transport.pause_reading()
+        if server_side:
+            # gh-142352 (asyncio 3.14.3+, applied on every version: without it the bytes are
+            # lost and the handshake waits forever): what a StreamReader already buffered (the
+            # client's first TLS record, read before the server called start_tls) is TLS input.
+            stream_reader = getattr(protocol, "_stream_reader", None)
+            buffer = getattr(stream_reader, "_buffer", None)
+            if isinstance(protocol, streams.StreamReaderProtocol) and buffer:
+                ssl_protocol._incoming.write(buffer)
+                buffer.clear()
         transport.set_protocol(ssl_protocol)
         switch = (
             self.call_soon(ssl_protocol.connection_made, transport),  # type: ignore[attr-defined]

@@ -104,6 +104,7 @@ def test_plain_handles_compare_by_identity(loop):
     second.cancel()
 
 
+@pytest.mark.cpython_loan("handle_reuse")
 def test_freed_handles_memory_is_pooled_on_ferroloop():
     # The pool (handle_alloc.rs) turns itself off if PyO3's instance layout is not the one it
     # writes; the tests below would then pass without exercising it. Say so instead.

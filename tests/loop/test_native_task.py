@@ -215,6 +215,7 @@ def test_task_is_an_asyncio_task_and_future(loop, Task):
     loop.run_until_complete(task)
 
 
+@pytest.mark.cpython_loan("task_layout")
 def test_every_name_of_asyncio_task_is_the_native_tasks_own():
     # ferroloop.Task subclasses asyncio.Task but never initialises the C Task's part of the
     # object (crates/py/src/task_base.rs): a name it inherited from asyncio.Task or
@@ -222,7 +223,30 @@ def test_every_name_of_asyncio_task_is_the_native_tasks_own():
     from ferroloop import Task
 
     inherited = (set(vars(asyncio.Task)) | set(vars(asyncio.Future))) - set(vars(Task))
-    assert inherited <= {"__doc__", "__module__"}, sorted(inherited)
+    # 3.14's `_asyncio_awaited_by` (asyncio.capture_call_graph) reads the C Future's
+    # fut_awaited_by, which 3.14's future_add_to_awaited_by keeps in the C part of any
+    # subclass's instance, this one's included: that part of the C state is the task's own.
+    assert inherited <= {"__doc__", "__module__", "_asyncio_awaited_by"}, sorted(inherited)
+
+
+@pytest.mark.cpython_loan("task_layout")
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="asyncio.capture_call_graph is new in 3.14")
+def test_call_graph_shows_native_tasks_awaited_by_gather(loop):
+    from ferroloop import Task
+
+    graphs = []
+
+    async def leaf():
+        await asyncio.sleep(0)
+        graphs.append(asyncio.capture_call_graph(asyncio.current_task()))
+
+    async def parent():
+        await asyncio.gather(Task(leaf(), loop=loop, name="leaf"))
+
+    loop.run_until_complete(Task(parent(), loop=loop, name="parent"))
+    (graph,) = graphs
+    assert graph.future.get_name() == "leaf"
+    assert [g.future.get_name() for g in graph.awaited_by] == ["parent"]
 
 
 def test_task_attributes_live_in_an_instance_dict(loop, Task):
@@ -826,6 +850,7 @@ def test_await_and_iter_drive_the_task(loop, run, Task):
 # --- ferroloop.Task only ----------------------------------------------------------------------
 
 
+@pytest.mark.cpython_loan("task_layout")
 def test_native_task_refuses_eager_start(loop):
     import ferroloop
 
@@ -837,6 +862,7 @@ def test_native_task_refuses_eager_start(loop):
     assert loop.run_until_complete(task) == 1
 
 
+@pytest.mark.cpython_loan("task_layout")
 def test_native_task_factory_makes_native_tasks(loop):
     import ferroloop
 

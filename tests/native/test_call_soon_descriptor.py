@@ -27,6 +27,7 @@ def descriptor():
     return ferroloop.Loop.__dict__["call_soon"]
 
 
+@pytest.mark.cpython_loan("cached_call_soon")
 def test_reads_as_the_method():
     call_soon = ferroloop.Loop.call_soon
     assert call_soon is descriptor()
@@ -41,6 +42,7 @@ def test_reads_as_the_method():
     assert not inspect.ismethoddescriptor(call_soon)
 
 
+@pytest.mark.cpython_loan("cached_call_soon")
 def test_binds_once_per_loop(loop):
     first = loop.call_soon
     assert loop.call_soon is first
@@ -74,6 +76,7 @@ def test_unbound_calls_check_self_and_arguments(loop):
     assert got == [1, 2]
 
 
+@pytest.mark.cpython_loan("cached_call_soon")
 def test_cannot_be_made_subclassed_or_changed():
     call_soon = descriptor()
     with pytest.raises(TypeError):

@@ -9,6 +9,7 @@ import warnings
 import weakref
 
 import ferroloop
+import pytest
 
 
 def _abandon(populate) -> weakref.ref:
@@ -115,6 +116,7 @@ def test_an_unclosed_loop_with_a_cycle_through_a_held_queued_handle_is_collected
     assert _abandon_and_collect(populate)() is None
 
 
+@pytest.mark.cpython_loan("context_layout")
 def test_context_copies_are_reused_on_ferroloop():
     # The pool (context_pool.rs) turns itself off if CPython's layouts are not the ones it
     # reads; tests/loop/test_callback_contexts.py would then pass without exercising it.
@@ -195,3 +197,34 @@ def test_a_freed_loop_leaves_its_queued_handles_tracked():
     held = []
     assert _abandon_and_collect(populate)() is None
     assert gc.is_tracked(held[0])  # it was untracked while queued (the test above)
+
+
+@pytest.mark.cpython_loan("task_layout")
+def test_pending_native_task_in_a_garbage_cycle_is_freed_by_one_collection():
+    # task -> coroutine -> awaited future -> its done callback (the task's wake-up) -> task.
+    # The collector clears the task with no PyO3 frame on the stack: what it drops must be
+    # released then, not queued until PyO3 is next entered, or the cycle outlives the
+    # collection (and on 3.14 the cleared task stays in the list asyncio.all_tasks() walks).
+    import asyncio
+
+    loop = ferroloop.new_event_loop()
+    reports = []
+    loop.set_exception_handler(lambda _loop, context: reports.append(context["message"]))
+
+    async def wait_forever():
+        await loop.create_future()
+
+    def native_tasks() -> int:
+        return sum(1 for obj in gc.get_objects() if type(obj) is ferroloop.Task)
+
+    try:
+        before = native_tasks()  # other tests' tasks the suite still holds
+        task = ferroloop.Task(wait_forever(), loop=loop)
+        loop.run_until_complete(asyncio.sleep(0))
+        del task
+        gc.collect()
+        assert native_tasks() == before
+        assert reports == ["Task was destroyed but it is pending!"]
+        assert asyncio.all_tasks(loop) == set()
+    finally:
+        loop.close()

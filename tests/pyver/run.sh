@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Our test suite (pytest) and CPython's own asyncio suite on ferroloop, under CPython 3.12 or 3.13.
+# Our test suite (pytest) and CPython's own asyncio suite on ferroloop, under CPython 3.12 to 3.15.
 #
 #   tests/pyver/run.sh 3.12        (make test-py312)
 #   tests/pyver/run.sh 3.13        (make test-py313)
+#   tests/pyver/run.sh 3.14        (make test-py314)
+#   tests/pyver/run.sh 3.15        (make test-py315; a release candidate)
 #
-# This machine's Python is 3.11; asyncio changed in 3.12 and 3.13 (Server._attach(transport),
+# This machine's Python is 3.11; asyncio changed in 3.12 to 3.15 (Server._attach(transport),
 # Unix socket files removed on close, callback arguments hidden from reprs outside debug mode,
-# ...), so ferroloop's transports, which subclass asyncio's classes, are checked here too.
+# the running task kept per thread, ...), so ferroloop's transports, which subclass asyncio's
+# classes, are checked here too, and so are the CPython loans (crates/py/src/cpython_loans.rs),
+# whose fast paths each version must keep (the run fails if one fell back).
 # CPython is built once from a distribution's copy of the upstream source release (the
-# .orig.tar.xz, pinned by its sha256) into $PY312_PREFIX / $PY313_PREFIX (default
-# ~/.cache/ferroloop/py312, .../py313; about 4 min on 2 cores), then a venv (.venv312,
-# .venv313) gets the test tools and ferroloop built for that Python (cargo target dir
-# target/py312, target/py313, so the 3.11 build is not invalidated). The baseline of CPython's
-# suite and what does not pass are in tests/py312/, tests/py313/.
+# .orig.tar.xz, pinned by its sha256) into $PY3xx_PREFIX (default ~/.cache/ferroloop/py3xx;
+# about 4-8 min on 2 cores), then a venv (.venv3xx) gets the test tools and ferroloop built
+# for that Python (cargo target dir target/py3xx, so the 3.11 build is not invalidated). The
+# baseline of CPython's suite and what does not pass are in tests/py3xx/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -30,8 +33,21 @@ case "${1:-}" in
     URL="http://deb.debian.org/debian/pool/main/p/python3.13/python3.13_${VERSION}.orig.tar.xz"
     PREFIX="${PY313_PREFIX:-$HOME/.cache/ferroloop/py313}"
     ;;
+3.14)
+    VERSION=3.14.4
+    SHA256=d923c51303e38e249136fc1bdf3568d56ecb03214efdef48516176d3d7faaef8
+    URL="http://deb.debian.org/debian/pool/main/p/python3.14/python3.14_${VERSION}.orig.tar.xz"
+    PREFIX="${PY314_PREFIX:-$HOME/.cache/ferroloop/py314}"
+    ;;
+3.15)
+    # A release candidate: Debian's file name spells it 3.15.0~rc2, the tarball's directory 3.15.0rc2.
+    VERSION=3.15.0rc2
+    SHA256=8d93af5eaaaea5adfd41bd786a7ba3f03f2ad1ab57c6a65e0b963deab91d5ad7
+    URL="http://deb.debian.org/debian/pool/main/p/python3.15/python3.15_3.15.0~rc2.orig.tar.xz"
+    PREFIX="${PY315_PREFIX:-$HOME/.cache/ferroloop/py315}"
+    ;;
 *)
-    echo "usage: $0 3.12|3.13" >&2
+    echo "usage: $0 3.12|3.13|3.14|3.15" >&2
     exit 2
     ;;
 esac
@@ -71,6 +87,15 @@ done
 echo "== building ferroloop for $("$VENV/bin/python" --version)"
 VIRTUAL_ENV="$PWD/$VENV" PATH="$PWD/$VENV/bin:$PATH" CARGO_TARGET_DIR="target/$TAG" \
     "$VENV/bin/maturin" develop --release -q
+
+echo "== the CPython loans under $VERSION (each must be used: a fallback here is a regression)"
+"$VENV/bin/python" - <<'PY'
+import sys
+from ferroloop import _native
+print(_native.CPYTHON_LOANS)
+off = {k: v for k, v in _native.CPYTHON_LOANS.items() if v not in ("used", "not needed")}
+sys.exit(f"CPython loans not used on this version: {off}" if off else 0)
+PY
 
 echo "== CPython $VERSION's asyncio suite on ferroloop"
 "$VENV/bin/python" tests/external/run_cpython_asyncio.py --check "tests/$TAG/cpython_asyncio_baseline.json"

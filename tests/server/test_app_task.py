@@ -86,7 +86,10 @@ def test_many_connections_ready_at_once(server, connect, request_bytes):
 @pytest.mark.ferroloop_only(reason="the --app-task option")
 @pytest.mark.parametrize(
     ("args", "task_type"),
-    [((), "ferroloop._native.Task"), (("--app-task", "asyncio"), "_asyncio.Task")],
+    [
+        pytest.param((), "ferroloop._native.Task", marks=pytest.mark.cpython_loan("task_layout")),
+        (("--app-task", "asyncio"), "_asyncio.Task"),
+    ],
 )
 def test_app_task_option_picks_the_task_type(serve, connect, args, task_type):
     connection = connect(serve("raw_asgi:app", *args))
@@ -104,6 +107,7 @@ def test_app_task_option_picks_the_task_type(serve, connect, args, task_type):
     bool(os.environ.get("PYTHONASYNCIODEBUG")),
     reason="in debug mode the server starts each app during the read (docs/server.md)",
 )
+@pytest.mark.cpython_loan("task_layout")
 def test_a_burst_of_ready_requests_does_not_wake_the_collector(
     spawn_server, connect, request_bytes, tmp_path, wait_until
 ):

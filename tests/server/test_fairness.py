@@ -54,6 +54,7 @@ def test_body_reaches_an_app_that_keeps_up_one_read_at_a_time(server, connect):
 @pytest.mark.single_process(
     reason="it checks one loop's order: the small request and the upload must share a worker"
 )
+@pytest.mark.cpython_loan("task_layout")
 def test_small_request_starts_in_the_iteration_that_read_it(server, connect):
     """The small request is sent right after the upload's fourth part reached its app. The next
     poll sees it together with the upload's next read; its app runs at the end of that

@@ -66,6 +66,23 @@ struct Registered {
 
 static REGISTERED: PyOnceLock<Registered> = PyOnceLock::new();
 
+/// Whether the `cached_call_soon` loan was taken (`cpython_loans.rs`): set once, by
+/// [`install`], at module initialisation.
+static ENABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Decides the `cached_call_soon` loan (only its speed is borrowed: nothing to check, off only
+/// with `FERROLOOP_PORTABLE=1`). Called once, at module initialisation.
+pub(crate) fn install(py: Python<'_>) {
+    let taken =
+        crate::cpython_loans::take(py, crate::cpython_loans::Loan::CachedCallSoon, || Ok(()));
+    ENABLED.store(taken, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether `wrap` may be used for `call_soon` (else a plain method descriptor is).
+pub(crate) fn enabled() -> bool {
+    ENABLED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 unsafe extern "C" fn vectorcall(
     _callable: *mut ffi::PyObject,
     args: *const *mut ffi::PyObject,
@@ -231,15 +248,6 @@ fn meta_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
     .map(|tp| tp.bind(py))
 }
 
-extern "C" {
-    /// CPython's MRO lookup through the type attribute cache (exported by 3.11 to 3.13, not
-    /// declared by pyo3-ffi): a borrowed reference, or NULL without an exception set.
-    pub(crate) fn _PyType_Lookup(
-        tp: *mut ffi::PyTypeObject,
-        name: *mut ffi::PyObject,
-    ) -> *mut ffi::PyObject;
-}
-
 /// Whether `loop_.call_soon` is ferroloop's own (this descriptor, not shadowed by the instance),
 /// so that a task may queue its steps and done callbacks without calling it: a subclass's
 /// override, a replacement set on the class later, or one set on the instance
@@ -255,7 +263,7 @@ pub(crate) fn own_call_soon(loop_: &Bound<'_, PyAny>) -> bool {
     let obj = loop_.as_ptr();
     // SAFETY: we hold the GIL; the type and the interned name are live; the result is borrowed
     // and only its type is read, at once.
-    let found = unsafe { _PyType_Lookup(ffi::Py_TYPE(obj), name.as_ptr()) };
+    let found = unsafe { crate::private_fn::type_lookup(ffi::Py_TYPE(obj), name.as_ptr()) };
     // SAFETY: `found` is NULL or a live object (borrowed from a dict of the type's MRO).
     if found != reg.descr.as_ptr() {
         return false;

@@ -11,10 +11,11 @@
 //! variables.
 //!
 //! This reads two CPython structures that the C API does not expose: a `Context`'s fields
-//! (`ctx_prev`, `ctx_vars`, `ctx_weakreflist`, `ctx_entered`, unchanged from 3.7 to 3.13) and the
+//! (`ctx_prev`, `ctx_vars`, `ctx_weakreflist`, `ctx_entered`, unchanged from 3.7 to 3.15) and the
 //! thread state's `context` pointer (at an offset that depends on the minor version). `install`
-//! checks both against live objects at module initialisation; if either differs, nothing is
-//! pooled and every copy goes through `PyContext_CopyCurrent`.
+//! checks both against live objects at module initialisation (the `context_layout` loan of
+//! `cpython_loans.rs`, which also refuses versions not listed there and `FERROLOOP_PORTABLE=1`);
+//! if either differs, nothing is pooled and every copy goes through `PyContext_CopyCurrent`.
 //!
 //! Invariants:
 //! - `ENABLED` is set once, at module initialisation, and only if a `Context` and the thread state
@@ -42,13 +43,14 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::cell::LoopCell;
+use crate::cpython_loans::{self, Loan};
 
 /// Contexts kept for reuse: a loop that runs N callbacks per iteration drops and copies about N
 /// contexts in turn, so a few are enough for the steady state; the bound keeps a burst (a
 /// million timers cancelled at once) from pinning memory.
 const POOL_CAPACITY: usize = 256;
 
-/// CPython's `struct _pycontextobject` (Include/internal/pycore_context.h, 3.7 to 3.13).
+/// CPython's `struct _pycontextobject` (Include/internal/pycore_context.h, 3.7 to 3.15).
 #[repr(C)]
 struct RawContext {
     ob_base: ffi::PyObject,
@@ -60,12 +62,15 @@ struct RawContext {
 
 /// Byte offset of `context` in `PyThreadState` (Include/cpython/pystate.h) for the version this
 /// module is built for; `install` checks it on the running thread.
+/// (Read from each version's header: `offsetof(PyThreadState, context)` compiled against it.)
 #[cfg(not(Py_3_12))]
 const THREAD_CONTEXT_OFFSET: usize = 224;
-#[cfg(all(Py_3_12, not(Py_3_14)))]
+/// 3.12 to 3.14 (3.14 added fields to `PyThreadState`, all after `context`).
+#[cfg(all(Py_3_12, not(Py_3_15)))]
 const THREAD_CONTEXT_OFFSET: usize = 208;
-#[cfg(Py_3_14)]
-const THREAD_CONTEXT_OFFSET: usize = usize::MAX;
+/// 3.15 (`gil_requested`, `base_frame` and `last_profiled_frame` added before `context`).
+#[cfg(Py_3_15)]
+const THREAD_CONTEXT_OFFSET: usize = 232;
 
 /// Set once `install` checked the layouts (the thread state offset is the constant above).
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -106,10 +111,18 @@ fn is_exact_context(obj: *mut ffi::PyObject) -> bool {
 
 /// Checks the two layouts on live objects and turns pooling on. Called once, at module
 /// initialisation (with the GIL held, on the importing thread).
-pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
-    if THREAD_CONTEXT_OFFSET == usize::MAX {
-        return Ok(());
-    }
+pub(crate) fn install(py: Python<'_>) {
+    let enabled = cpython_loans::take(py, Loan::ContextLayout, || match check_layouts(py) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err("a Context or the thread state is laid out differently".to_owned()),
+        Err(e) => Err(format!("checking the layouts failed: {e}")),
+    });
+    ENABLED.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether a `Context` and the thread state are laid out as `RawContext` and
+/// `THREAD_CONTEXT_OFFSET` say, observed on live objects.
+fn check_layouts(py: Python<'_>) -> PyResult<bool> {
     // SAFETY: the type object is static; its size fields are only read.
     let (basicsize, weaklist) = unsafe {
         let tp = &raw const ffi::PyContext_Type;
@@ -118,7 +131,7 @@ pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
     if usize::try_from(basicsize).ok() != Some(size_of::<RawContext>())
         || usize::try_from(weaklist).ok() != Some(std::mem::offset_of!(RawContext, ctx_weakreflist))
     {
-        return Ok(());
+        return Ok(false);
     }
     // Two copies of the current context share its variables; entering one makes it the thread's
     // context with the previous one in `ctx_prev`; exiting undoes both.
@@ -158,8 +171,7 @@ pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
             entered && *slot == before && (*pa).ctx_entered == 0 && (*pa).ctx_prev.is_null()
         }
     };
-    ENABLED.store(as_expected, Ordering::Relaxed);
-    Ok(())
+    Ok(as_expected)
 }
 
 /// Whether `install` found the layouts it expects (`_native.CONTEXT_POOL`, so a test notices

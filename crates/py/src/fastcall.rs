@@ -169,7 +169,7 @@ static CALL_AT: MethodDef = MethodDef::fastcall_keywords(
 static CREATE_TASK: MethodDef = MethodDef::fastcall_keywords(
     c"create_task",
     create_task_fast,
-    c"create_task(coro, *, name=None, context=None)\n--\n\nSchedule a coroutine object as a Task.",
+    c"create_task(coro, *, name=None, context=None, **kwargs)\n--\n\nSchedule a coroutine object as a Task.",
 );
 
 static CREATE_FUTURE: MethodDef = MethodDef(ffi::PyMethodDef {
@@ -197,8 +197,13 @@ pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
             "_install_fast_methods() takes a subclass of LoopCore",
         ));
     }
-    // `call_soon` binds once per loop and calls its function directly (`cached_method.rs`).
-    cls.setattr("call_soon", crate::cached_method::wrap(&CALL_SOON, cls)?)?;
+    // `call_soon` binds once per loop and calls its function directly (`cached_method.rs`),
+    // unless the fallbacks are forced (`cpython_loans.rs`).
+    if crate::cached_method::enabled() {
+        cls.setattr("call_soon", crate::cached_method::wrap(&CALL_SOON, cls)?)?;
+    } else {
+        cls.setattr("call_soon", method_descriptor(cls, &CALL_SOON)?)?;
+    }
     for (name, def) in [
         ("call_later", &CALL_LATER),
         ("call_at", &CALL_AT),
@@ -379,7 +384,7 @@ unsafe extern "C" fn create_task_fast(
         if nargs == 1 && kwnames.is_null() {
             // SAFETY: one positional argument, a live object borrowed for this call.
             let coro = unsafe { Bound::ref_from_ptr(py, &*args) };
-            return Ok(LoopCore::create_task(lp, coro, None, None)?.into_ptr());
+            return Ok(LoopCore::create_task(lp, coro, None, None, None)?.into_ptr());
         }
         // SAFETY: as CPython passes them to this METH_FASTCALL | METH_KEYWORDS method.
         let (kwnames, raw) = unsafe { vector_args(py, args, nargs, &kwnames) };

@@ -26,8 +26,10 @@
 //! - `LAYOUT` is set once, at module initialisation (`install`), and only if the `Handle` type's
 //!   instances are laid out as this module writes them: the object header, the `Handle` value
 //!   at `value`, the weak reference list at `weaklist`, nothing else (checked against
-//!   `tp_basicsize`, `tp_weaklistoffset` and a live instance). Otherwise nothing is pooled and
-//!   every handle goes through PyO3.
+//!   `tp_basicsize`, `tp_weaklistoffset` and a live instance), on a version the `handle_reuse`
+//!   loan lists (`cpython_loans.rs`: reusing a dead GC object's memory and skipping a live
+//!   one's `tp_dealloc` are interpreter behaviours the C API does not promise), unless
+//!   `FERROLOOP_PORTABLE=1`. Otherwise nothing is pooled and every handle goes through PyO3.
 //! - `handle_dealloc` is the `Handle` type's `tp_dealloc` once `LAYOUT` is set. It pools only
 //!   instances whose type is exactly `Handle`; others reach it only through a Python subclass's
 //!   `subtype_dealloc` (`TimerHandle` has its own, `timer_dealloc`) and go to PyO3's, kept in
@@ -74,6 +76,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
 use crate::cell::LoopCell;
+use crate::cpython_loans::{self, Loan};
 use crate::handle::{Handle, TimerHandle};
 
 /// Blocks kept for reuse: a loop that runs N callbacks per iteration frees and makes about N
@@ -155,9 +158,21 @@ fn sizes(tp: *mut ffi::PyTypeObject) -> Option<Sizes> {
     })
 }
 
+/// Decides the `handle_reuse` loan (`cpython_loans.rs`): on a listed version, unless
+/// `FERROLOOP_PORTABLE=1`, checks the layouts and installs the pools. Called once, at module
+/// initialisation.
+pub(crate) fn install(py: Python<'_>) {
+    // Taken or not, `installed()` (what `LAYOUT` and `TIMER_LAYOUT` hold) says which path
+    // every handle takes.
+    let _ = cpython_loans::take(py, Loan::HandleReuse, || match install_pools(py) {
+        Ok(()) if installed(py) => Ok(()),
+        Ok(()) => Err("Handle or TimerHandle is laid out differently".to_owned()),
+        Err(e) => Err(format!("checking the layouts failed: {e}")),
+    });
+}
+
 /// Checks the `Handle` type's instance layout and installs `handle_dealloc` as its `tp_dealloc`.
-/// Called once, at module initialisation.
-pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
+fn install_pools(py: Python<'_>) -> PyResult<()> {
     let tp = py.get_type::<Handle>();
     let raw = tp.as_type_ptr();
     let sample = crate::handle::detached(py)?;

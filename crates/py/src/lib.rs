@@ -10,6 +10,7 @@ mod cached_method;
 mod capi;
 mod cell;
 mod context_pool;
+mod cpython_loans;
 pub mod event_loop;
 mod fastcall;
 mod gc_head;
@@ -18,6 +19,7 @@ mod handle;
 mod handle_alloc;
 mod hooks;
 mod native_call;
+mod private_fn;
 mod server;
 mod sock_ops;
 mod task;
@@ -29,12 +31,15 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // The CPython loans (`cpython_loans.rs`) are decided first, each once.
+    private_fn::install(m.py());
+    cached_method::install(m.py());
     m.add_class::<event_loop::LoopCore>()?;
     m.add_class::<handle::Handle>()?;
     m.add_class::<handle::TimerHandle>()?;
-    handle_alloc::install(m.py())?;
+    handle_alloc::install(m.py());
     handle::install_traverse(m.py());
-    context_pool::install(m.py())?;
+    context_pool::install(m.py());
     gc_head::install(m.py());
     m.add_class::<sock_ops::SocketOperation>()?;
     m.add_class::<server::HttpServer>()?;
@@ -59,10 +64,15 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sock_ops::install_op_am_send(m.py());
     native_call::init(m.py());
     m.add_class::<task_registry::TaskRegistry>()?;
-    task_base::check_layout(m.py())?;
-    m.add_class::<task::Task>()?;
+    task_base::take_current_tasks(m.py());
+    if task_base::take_layout(m.py()) {
+        m.add_class::<task::Task>()?;
+        task::install_task_slots(m.py())?;
+    } else {
+        // The `task_layout` fallback: `ferroloop.Task` is asyncio's own.
+        m.add("Task", hooks::task_type(m.py())?)?;
+    }
     m.add_class::<task::TaskAwait>()?;
-    task::install_task_slots(m.py())?;
     m.add_function(wrap_pyfunction!(fastcall::_install_fast_methods, m)?)?;
     m.add_function(wrap_pyfunction!(gil::_prepare_exit, m)?)?;
     m.add_function(wrap_pyfunction!(gil::_after_fork_in_child, m)?)?;
@@ -73,5 +83,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("HANDLE_POOL", handle_alloc::installed(m.py()))?;
     m.add("CONTEXT_POOL", context_pool::installed())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("CPYTHON_LOANS", cpython_loans::as_dict(m.py())?)?;
+    cpython_loans::warn_failed(m.py());
     Ok(())
 }

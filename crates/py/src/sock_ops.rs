@@ -75,12 +75,6 @@ pub struct SocketOperation {
     registration: LoopCell<Option<(Py<Handle>, RawFd)>>,
 }
 
-unsafe extern "C" {
-    /// CPython's in-place resize of a bytes object nobody else references yet (what
-    /// `socket.recv` itself uses); not exported by pyo3-ffi.
-    fn _PyBytes_Resize(bytes: *mut *mut ffi::PyObject, newsize: ffi::Py_ssize_t) -> i32;
-}
-
 /// `recv(fd, n)` into a new bytes object of `n` bytes, shrunk to what arrived, as CPython's
 /// `socket.recv` does (empty at EOF). `Err` only if the object cannot be made; the inner error is
 /// the `recv`'s.
@@ -104,16 +98,15 @@ pub(crate) fn recv_bytes(
         unsafe { ffi::Py_DECREF(raw) };
         return Ok(Err(e));
     }
-    let mut obj = raw;
-    // SAFETY: shrink the unshared bytes object to what arrived; on failure it is freed, `obj`
-    // is NULL and an exception is set.
-    if r as usize != n && unsafe { _PyBytes_Resize(&raw mut obj, r as _) } < 0 {
-        return Err(PyErr::fetch(py));
+    if r as usize == n {
+        // SAFETY: `raw` is an owned, valid bytes object.
+        return Ok(Ok(unsafe {
+            Bound::from_owned_ptr(py, raw).cast_into_unchecked()
+        }));
     }
-    // SAFETY: `obj` is an owned, valid bytes object.
-    Ok(Ok(unsafe {
-        Bound::from_owned_ptr(py, obj).cast_into_unchecked()
-    }))
+    // Shrunk to what arrived, as `socket.recv` does (`_PyBytes_Resize`, or a copy).
+    // SAFETY: `raw` is owned, unshared and `n >= r` bytes long.
+    unsafe { crate::private_fn::bytes_shrink(py, raw, r as usize) }.map(Ok)
 }
 
 /// The current `errno` as the matching `OSError` subclass, exactly as `socket` raises it.
@@ -391,6 +384,7 @@ impl SocketOperation {
                     PyTuple::empty(py),
                     this.writes(py)?,
                     Some(this.sock.bind(py)),
+                    None,
                 )?;
                 *this.registration.borrow(py)? = Some((handle, fd));
                 fut.call_method1(intern!(py, "add_done_callback"), (slf,))?;

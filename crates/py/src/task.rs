@@ -169,14 +169,8 @@ fn registry(py: Python<'_>) -> PyResult<&Registry> {
     REGISTRY.get_or_try_init(py, || {
         let tasks = py.import("asyncio.tasks")?;
         let enter = tasks.getattr("_enter_task")?;
-        let current = match py.import("_asyncio") {
-            Ok(c) if c.getattr("_enter_task")?.is(&enter) => c
-                .getattr("_current_tasks")
-                .ok()
-                .and_then(|d| d.cast_into::<PyDict>().ok())
-                .map(Bound::unbind),
-            _ => None,
-        };
+        // The `current_tasks_dict` loan (`task_base.rs`): on 3.11 to 3.13 only.
+        let current = crate::task_base::current_tasks_dict(py);
         Ok(Registry {
             enter: enter.unbind(),
             leave: tasks.getattr("_leave_task")?.unbind(),
@@ -1298,21 +1292,23 @@ fn phase_name(phase: Phase) -> &'static str {
 #[pymethods]
 impl Task {
     #[new]
-    #[pyo3(signature = (coro, *, r#loop=None, name=None, context=None, eager_start=false))]
+    #[pyo3(signature = (coro, *, r#loop=None, name=None, context=None, eager_start=None))]
     fn py_new(
         py: Python<'_>,
         coro: &Bound<'_, PyAny>,
         r#loop: Option<&Bound<'_, PyAny>>,
         name: Option<&Bound<'_, PyAny>>,
         context: Option<&Bound<'_, PyAny>>,
-        eager_start: bool,
+        eager_start: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        if eager_start {
+        // Any object, taken for its truth (the C Task's `bool` argument; 3.14 passes None).
+        let eager_start = eager_start.map(PyAnyMethods::is_truthy).transpose()?;
+        check_coroutine(coro)?;
+        if eager_start == Some(true) {
             return Err(PyTypeError::new_err(
                 "ferroloop.Task does not support eager_start=True",
             ));
         }
-        check_coroutine(coro)?;
         let loop_ = match r#loop.filter(|l| !l.is_none()) {
             Some(l) => l.clone(),
             None => py
@@ -1712,7 +1708,18 @@ unsafe extern "C" fn task_init(
     // SAFETY: `slf` is a live, borrowed instance of `Task` (the slot is on that type, which
     // cannot be subclassed).
     let task = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<Task>() };
-    match Task::start(&task) {
+    // A second `__init__`: CPython 3.15's C Task refuses it (`future_init`), earlier ones
+    // initialise again; this one has nothing to redo.
+    let again = || -> PyResult<()> {
+        if py.version_info() >= (3, 15) && task.get().st.borrow(py)?.started {
+            let name = task.get_type().fully_qualified_name()?;
+            return Err(PyRuntimeError::new_err(format!(
+                "{name} object is already initialized"
+            )));
+        }
+        Task::start(&task)
+    };
+    match again() {
         Ok(()) => 0,
         Err(e) => {
             e.restore(py);
@@ -2041,7 +2048,7 @@ impl Task {
 }
 
 /// `Task`'s `tp_traverse`, in place of PyO3's: the instance's type, its dict (the base class's,
-/// `task_base::visit_dict`) and what the task holds (`Task::visit_refs`). PyO3's wraps a
+/// `task_base::visit_base`) and what the task holds (`Task::visit_refs`). PyO3's wraps a
 /// `__traverse__` in a panic guard and thread-local writes, then searches the base types and calls
 /// `asyncio.Task`'s, which visits the C Task's fields, all unset on a `ferroloop.Task`: about
 /// 800 instructions per task visit against about 250.
@@ -2061,15 +2068,9 @@ unsafe extern "C" fn task_traverse(
             .cast_unchecked::<Task>()
             .get()
     };
-    // SAFETY: `Py_TYPE` of a live object; an instance of a heap type holds a reference to it,
-    // which the base's traverse would visit on 3.12+ and PyO3's does on 3.11. `visit` and `arg`
-    // are the collector's.
-    let ret = unsafe { visit(ffi::Py_TYPE(obj).cast(), arg) };
-    if ret != 0 {
-        return ret;
-    }
-    // SAFETY: `obj` is a live instance of a subclass of `asyncio.Task` (see the contract).
-    let ret = unsafe { crate::task_base::visit_dict(obj, visit, arg) };
+    // SAFETY: `obj` is a live instance of a subclass of `asyncio.Task` (see the contract);
+    // `visit` and `arg` are the collector's. The type, the instance dict and the C part.
+    let ret = unsafe { crate::task_base::visit_base(obj, visit, arg) };
     if ret != 0 {
         return ret;
     }
@@ -2077,18 +2078,23 @@ unsafe extern "C" fn task_traverse(
 }
 
 /// `Task`'s `tp_clear`, which PyO3 would only make together with its own `tp_traverse`: drops
-/// the state's references (`Task::clear_refs`) and the instance dict.
+/// the state's references (`Task::clear_refs`), the instance dict and the C part's.
 ///
 /// # Safety
 /// Called by the collector with the GIL held, on a live `Task`.
 unsafe extern "C" fn task_clear(obj: *mut ffi::PyObject) -> c_int {
-    // SAFETY: CPython holds the GIL while it calls a type slot; `obj` is a live `Task`.
-    let py = unsafe { Python::assume_attached() };
-    // SAFETY: as above, borrowed for the call.
-    let task = unsafe { Borrowed::from_ptr(py, obj).cast_unchecked::<Task>() };
-    task.get().clear_refs(py);
-    // SAFETY: `obj` is a live instance of a subclass of `asyncio.Task`, GIL held.
-    unsafe { crate::task_base::clear_dict(obj) };
+    // Inside PyO3's attach scope: the collector calls this with no PyO3 frame on the stack,
+    // where the references `clear_refs` drops would only be queued in PyO3's pool, the cycle
+    // left unbroken and the cleared task alive (and, on 3.14, still in the thread's list of
+    // tasks that `asyncio.all_tasks()` walks).
+    Python::attach(|py| {
+        // SAFETY: CPython holds the GIL while it calls a type slot; `obj` is a live `Task`,
+        // borrowed for the call.
+        let task = unsafe { Borrowed::from_ptr(py, obj).cast_unchecked::<Task>() };
+        task.get().clear_refs(py);
+        // SAFETY: `obj` is a live instance of a subclass of `asyncio.Task`, GIL held.
+        unsafe { crate::task_base::clear_base(obj) };
+    });
     0
 }
 

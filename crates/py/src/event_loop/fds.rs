@@ -122,7 +122,7 @@ impl LoopCore {
         args: Bound<'_, PyTuple>,
         write: bool,
     ) -> PyResult<Py<Handle>> {
-        Self::set_fd_handle_as(slf, fd, callback, args, write, None)
+        Self::set_fd_handle_as(slf, fd, callback, args, write, None, None)
     }
 
     /// `set_fd_handle` for a native socket operation on `owner` (the socket object): an entry
@@ -135,6 +135,7 @@ impl LoopCore {
         args: Bound<'_, PyTuple>,
         write: bool,
         owner: Option<&Bound<'_, PyAny>>,
+        context: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Handle>> {
         let py = slf.py();
         let this = slf.get();
@@ -148,7 +149,7 @@ impl LoopCore {
             checked_by: None,
             callback,
             args: CallArgs::from_tuple(args)?,
-            context: None,
+            context,
             debug,
             waiting: false,
         };

@@ -581,7 +581,7 @@ impl LoopCore {
             None => (false, native_default),
             Some(f) => (true, crate::hooks::is_native_task_factory(f.bind(py))),
         };
-        if native && !this.flags.debug() {
+        if native && !this.flags.debug() && crate::task_base::native_tasks() {
             // A `ferroloop.Task`, made without Python calls.
             if this.flags.closed() {
                 return Err(closed_error());
@@ -944,14 +944,31 @@ impl LoopCore {
 
     /// A `ferroloop.Task` (`task.rs`), or with `FERROLOOP_NATIVE_TASKS=0`
     /// `asyncio.Task(coro, loop=self, name=name, context=context)`; a task factory (other than
-    /// `ferroloop.task_factory`) or debug mode goes through asyncio's own `create_task`.
-    #[pyo3(signature = (coro, *, name=None, context=None))]
+    /// `ferroloop.task_factory`) or debug mode goes through asyncio's own `create_task`. Other
+    /// keywords (3.14's `eager_start=`, or any a task factory takes) go to asyncio's own
+    /// `create_task` too, which passes them to the factory or the Task (3.14), or refuses them
+    /// as the running asyncio does (3.11 to 3.13).
+    #[pyo3(signature = (coro, *, name=None, context=None, **kwargs))]
     pub(crate) fn create_task(
         slf: &Bound<'_, Self>,
         coro: &Bound<'_, PyAny>,
         name: Option<&Bound<'_, PyAny>>,
         context: Option<&Bound<'_, PyAny>>,
+        kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
+        if let Some(kwargs) = kwargs.filter(|k| !k.is_empty()) {
+            let py = slf.py();
+            let all = kwargs.copy()?;
+            if let Some(name) = name {
+                all.set_item(intern!(py, "name"), name)?;
+            }
+            if let Some(context) = context {
+                all.set_item(intern!(py, "context"), context)?;
+            }
+            return Ok(crate::hooks::base_create_task(py)?
+                .call((slf, coro), Some(&all))?
+                .unbind());
+        }
         Self::create_task_as(slf, coro, name, context, slf.get().native_tasks)
     }
 
@@ -1014,25 +1031,28 @@ impl LoopCore {
         }
     }
 
-    /// `add_reader` that returns the handle (asyncio's `_add_reader`).
-    #[pyo3(signature = (fd, callback, *args))]
+    /// `add_reader` that returns the handle (asyncio's `_add_reader`); `context=` (asyncio
+    /// 3.15's transports pass theirs) is the context the callback runs in.
+    #[pyo3(signature = (fd, callback, *args, context=None))]
     fn _add_reader(
         slf: &Bound<'_, Self>,
         fd: &Bound<'_, PyAny>,
         callback: &Bound<'_, PyAny>,
         args: Bound<'_, PyTuple>,
+        context: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        Self::set_fd_handle(slf, fd, callback, args, false)
+        Self::set_fd_handle_as(slf, fd, callback, args, false, None, context)
     }
 
-    #[pyo3(signature = (fd, callback, *args))]
+    #[pyo3(signature = (fd, callback, *args, context=None))]
     fn _add_writer(
         slf: &Bound<'_, Self>,
         fd: &Bound<'_, PyAny>,
         callback: &Bound<'_, PyAny>,
         args: Bound<'_, PyTuple>,
+        context: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        Self::set_fd_handle(slf, fd, callback, args, true)
+        Self::set_fd_handle_as(slf, fd, callback, args, true, None, context)
     }
 
     #[pyo3(signature = (fd, callback, *args))]

@@ -600,10 +600,13 @@ impl HttpServer {
         }
     }
 
-    /// Request apps run in `ferroloop.Task`s: asked for (`native_tasks`) and no task factory
-    /// on the loop (a factory is honoured: the app then runs in what it makes).
+    /// Request apps run in `ferroloop.Task`s: asked for (`native_tasks`), the type exists
+    /// (`task_base::native_tasks`) and no task factory on the loop (a factory is honoured:
+    /// the app then runs in what it makes).
     pub(crate) fn native_tasks(&self, core: &Bound<'_, LoopCore>) -> PyResult<bool> {
-        Ok(self.opts().native_tasks && !LoopCore::has_task_factory(core)?)
+        Ok(self.opts().native_tasks
+            && crate::task_base::native_tasks()
+            && !LoopCore::has_task_factory(core)?)
     }
 
     pub(crate) fn access_log(&self) -> Option<&Py<PyAny>> {

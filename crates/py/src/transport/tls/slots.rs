@@ -25,8 +25,6 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyString, PyType};
 
-use crate::cached_method::_PyType_Lookup;
-
 /// The slot names, in [`Attr`] order; `ferroloop._ssl_protocol.SSLProtocol.__slots__` lists the
 /// same names.
 pub(crate) const NAMES: [&str; 16] = [
@@ -91,7 +89,7 @@ impl Slots {
             // SAFETY: we hold the GIL; the type (held by `proto`) and the name are live; the
             // result is borrowed from a dict of the MRO and read at once, before any Python code.
             unsafe {
-                let descr = _PyType_Lookup(tp, name.as_ptr());
+                let descr = crate::private_fn::type_lookup(tp, name.as_ptr());
                 if descr.is_null() || ffi::Py_TYPE(descr) != &raw mut ffi::PyMemberDescr_Type {
                     return None;
                 }
