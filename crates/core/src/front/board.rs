@@ -289,7 +289,8 @@ impl Board {
         self.seat(i).requests.record(method, status, duration_ns);
     }
 
-    /// A task started (`true`) or ended on seat `i`'s worker, at `now_ns` (its only writer).
+    /// A task started (`true`, at `now_ns`) or ended (`now_ns` unused) on seat `i`'s worker
+    /// (its only writer).
     pub fn seat_task(&self, i: usize, started: bool, now_ns: u64) {
         let s = self.seat(i);
         let r = Ordering::Relaxed;

@@ -684,7 +684,12 @@ impl HttpServer {
     /// Behind the front: the seat says how many app tasks run here, and since when.
     fn count_task(&self, started: bool) {
         if let Some((board, seat)) = &self.seat {
-            let now_ns = (ferroloop_core::clock::monotonic() * 1e9) as u64;
+            // Only a start is timed (`busy_since`): an end reads no clock.
+            let now_ns = if started {
+                (ferroloop_core::clock::monotonic() * 1e9) as u64
+            } else {
+                0
+            };
             board.seat_task(*seat, started, now_ns);
         }
     }
