@@ -68,7 +68,7 @@ test-py314: ## Our tests and CPython 3.14's asyncio suite under CPython 3.14 (bu
 test-py315: ## The same under CPython 3.15 (a release candidate, 3.15.0rc2; built once from source)
 	tests/pyver/run.sh 3.15
 
-test-portable: build ## Our pytest suite with every CPython loan's fallback forced (FERROLOOP_PORTABLE=1)
+test-portable: build build-examples ## Our pytest suite with every CPython loan's fallback forced (FERROLOOP_PORTABLE=1)
 	FERROLOOP_PORTABLE=1 $(PY) -m pytest -q
 
 test-uvicorn: ## uvicorn's own test suite on asyncio and on ferroloop; fails on a regression
