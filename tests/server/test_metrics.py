@@ -4,6 +4,7 @@ its seat of the board and read by the exporter with no message to the workers.""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -182,6 +184,63 @@ def test_totals_keep_the_requests_of_replaced_workers(spawn_server, connect):
     while requests_total(scrape(port), "GET", "2xx") != 20:
         assert time.monotonic() < deadline, scrape(port)
         time.sleep(0.05)
+    samples = scrape(port)
+    assert restarts(samples, "max_requests") >= 1
+    assert restarts(samples, "crash") == restarts(samples, "healthcheck") == 0
+
+
+def restarts(samples, reason: str) -> float:
+    return samples[("ferroloop_worker_restarts_total", (("reason", reason),))]
+
+
+def resident(samples) -> dict[int, float]:
+    return {
+        int(labels[0][1]): value
+        for (name, labels), value in samples.items()
+        if name == "ferroloop_worker_resident_memory_bytes"
+    }
+
+
+def test_restarts_are_counted_by_reason_and_each_worker_s_memory_shows(spawn_server, connect):
+    """A killed worker counts as a crash, SIGHUP's new workers as `signal`; every worker's
+    RSS is there, and a replaced worker's is not."""
+    port = free_port()
+    server = spawn_server(
+        "raw_asgi:app", "--metrics", "--metrics-port", str(port), "--workers", "2"
+    )
+    server.wait_for_output("Serving metrics on")
+    assert connect(server).request("GET", "/hello").status == 200
+    deadline = time.monotonic() + 10
+    while len(resident(samples := scrape(port))) < 3:  # two general workers and the fast one
+        assert time.monotonic() < deadline, samples
+        time.sleep(0.05)
+    memory = resident(samples)
+    assert all(20_000_000 < rss < 2_000_000_000 for rss in memory.values()), memory
+    assert [restarts(samples, r) for r in ("crash", "max_requests", "healthcheck", "signal")] == [
+        0,
+        0,
+        0,
+        0,
+    ]
+    # Every metric the example dashboard queries is one the server exports.
+    dashboard = (Path(__file__).parents[2] / "docs" / "grafana-dashboard.json").read_text()
+    queried = set(re.findall(r"ferroloop_[a-z_]+", "".join(
+        t["expr"] for p in json.loads(dashboard)["panels"] for t in p["targets"]
+    )))  # fmt: skip
+    assert queried and queried <= {name for name, _ in samples}, queried
+    victim = min(memory)
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while restarts(samples := scrape(port), "crash") != 1 or len(resident(samples)) < 3:
+        assert time.monotonic() < deadline, samples
+        time.sleep(0.05)
+    assert victim not in resident(samples)
+    server.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 20
+    while restarts(samples := scrape(port), "signal") != 3:
+        assert time.monotonic() < deadline, samples
+        time.sleep(0.05)
+    assert restarts(samples, "crash") == 1
 
 
 def test_a_dead_metrics_process_is_replaced(spawn_server):

@@ -94,6 +94,17 @@ def describe_status(status: int) -> str:
     return f"exit code {code}"
 
 
+def restart_reason(worker: _Worker, code: int) -> str:
+    """Why a worker that exited is replaced, as ``ferroloop_worker_restarts_total`` labels it."""
+    if worker.killed:
+        return "healthcheck"
+    if worker.asked_to_stop:
+        return "signal"
+    if code == 0 and worker.request_limit is not None:
+        return "max_requests"
+    return "crash"
+
+
 def _die_with_parent() -> None:
     """Linux: the worker gets SIGTERM if the parent dies (a SIGKILLed supervisor leaves no
     orphans serving stale code)."""
@@ -193,7 +204,8 @@ class _Worker:
     health: socket.socket | None = None
     check_sent: float | None = None
     answered: float = 0.0
-    killed: bool = False
+    killed: bool = False  # by the health check
+    asked_to_stop: bool = False  # by SIGHUP's restart
     # Behind the front: "general" takes any request, "fast" no bulk upload.
     lane: str = GENERAL
     # Behind the front: its seat on the front's board (``FrontProcess.status()``).
@@ -355,7 +367,8 @@ class Supervisor:
         if self._restart:
             self._restart = False
             logger.info("Received SIGHUP, restarting workers.")
-            for pid in list(self.workers):
+            for pid, worker in list(self.workers.items()):
+                worker.asked_to_stop = True
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
         # Every exit reaped here is accounted for, even after one of them decided to stop:
@@ -458,6 +471,8 @@ class Supervisor:
             logger.warning(
                 "Worker process [%d] died (%s); starting a new one.", pid, describe_status(status)
             )
+        if self.board is not None and not self.should_exit:
+            self.board.count_restart(restart_reason(worker, code))
         lived = time.monotonic() - worker.started
         self._quick_deaths = self._quick_deaths + 1 if code != 0 and lived < QUICK_DEATH else 0
         due = time.monotonic() + respawn_delay(self._quick_deaths)

@@ -90,12 +90,19 @@ pub struct SeatState {
     pub requests: RequestTotals,
 }
 
+/// Why the supervisor replaced a worker ([`Board::count_restart`]), in label order: it exited
+/// unasked (a signal, a failure exit, an exit of its own), it reached `--limit-max-requests`, it left a health check
+/// unanswered and was killed, or a signal asked for new workers (SIGHUP).
+pub const RESTART_REASONS: [&str; 4] = ["crash", "max_requests", "healthcheck", "signal"];
+
 /// The counts of workers that are gone, so that the sums stay monotonic when a worker is
-/// replaced: written by the process that gives seats (`Board::seat_retire`), under `seq`.
+/// replaced: written by the process that gives seats (`Board::seat_retire`), the requests
+/// under `seq`; and how many workers were replaced, by [`RESTART_REASONS`] (each whole).
 #[repr(C)]
 struct Retired {
     seq: AtomicU64,
     requests: RequestCounts,
+    restarts: [AtomicU64; RESTART_REASONS.len()],
 }
 
 const LEAVING: u64 = 1;
@@ -248,6 +255,18 @@ impl Board {
         }
         s.pid.store(0, Ordering::Relaxed);
         r.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+
+    /// A worker was replaced, for `RESTART_REASONS[reason]` (the process that gives seats
+    /// only: one writer).
+    pub fn count_restart(&self, reason: usize) {
+        let c = &self.retired().restarts[reason];
+        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Workers replaced so far, by [`RESTART_REASONS`].
+    pub fn restarts(&self) -> [u64; RESTART_REASONS.len()] {
+        std::array::from_fn(|i| self.retired().restarts[i].load(Ordering::Relaxed))
     }
 
     /// Every request counted on the board: the seats in use and the retired workers'.
@@ -497,6 +516,24 @@ mod tests {
         assert!(board.seats().is_empty());
         // The front's part is untouched by the seats.
         assert_eq!(board.snapshot(), (FrontState::default(), Vec::new()));
+    }
+
+    #[test]
+    fn restarts_are_counted_by_reason_beside_the_requests() {
+        let board = Board::new(2).unwrap();
+        board.seat_open(0, 7);
+        board.seat_request(0, 0, 200, 1_000);
+        board.count_restart(1);
+        board.count_restart(1);
+        board.count_restart(3);
+        assert_eq!(board.restarts(), [0, 2, 0, 1]);
+        board.seat_retire(0);
+        assert_eq!(
+            board.request_totals().count(0, 1),
+            1,
+            "restarts do not touch requests"
+        );
+        assert_eq!(RESTART_REASONS[1], "max_requests");
     }
 
     #[test]

@@ -7,11 +7,30 @@
 
 use std::fmt::Write;
 
-use super::board::{FrontState, SeatState, WorkerState};
+use super::board::{FrontState, SeatState, WorkerState, RESTART_REASONS};
 use super::request_counts::{RequestTotals, BUCKETS, METHODS, STATUS_CLASSES};
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// What is known of the worker processes beside their seats' counters.
+#[derive(Debug, Default)]
+pub struct Processes<'a> {
+    /// Workers replaced so far, by `board::RESTART_REASONS` (`Board::restarts`).
+    pub restarts: [u64; RESTART_REASONS.len()],
+    /// Resident memory of each worker, `(pid, bytes)`, as [`resident_bytes`] read it.
+    pub resident: &'a [(u32, u64)],
+}
+
+/// Process `pid`'s resident set in bytes, from `/proc/PID/statm` (`None` if it is gone or
+/// the file cannot be read).
+pub fn resident_bytes(pid: u32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system; no memory of ours is involved.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
 }
 
 /// The text for `seats` and, when a front publishes on the board, `front`. `now_ns` is the
@@ -20,6 +39,7 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 pub fn render(
     total: &RequestTotals,
     seats: &[SeatState],
+    processes: &Processes<'_>,
     front: Option<(&FrontState, &[WorkerState])>,
     now_ns: u64,
 ) -> String {
@@ -103,10 +123,40 @@ pub fn render(
             s.pid, s.tasks_started
         );
     }
+    render_processes(&mut out, processes);
     if let Some((front, workers)) = front {
         render_front(&mut out, front, workers);
     }
     out
+}
+
+fn render_processes(out: &mut String, processes: &Processes<'_>) {
+    family(
+        out,
+        "ferroloop_worker_restarts_total",
+        "counter",
+        "Workers replaced by the supervisor, by reason: crash (it exited unasked: a signal, a \
+         failure exit or an exit of its own), max_requests (--limit-max-requests), healthcheck (killed after an unanswered \
+         check), signal (SIGHUP).",
+    );
+    for (reason, n) in RESTART_REASONS.iter().zip(processes.restarts) {
+        let _ = writeln!(
+            out,
+            "ferroloop_worker_restarts_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    family(
+        out,
+        "ferroloop_worker_resident_memory_bytes",
+        "gauge",
+        "Per worker: resident memory (RSS), from /proc/PID/statm.",
+    );
+    for (pid, bytes) in processes.resident {
+        let _ = writeln!(
+            out,
+            "ferroloop_worker_resident_memory_bytes{{pid=\"{pid}\"}} {bytes}"
+        );
+    }
 }
 
 fn render_front(out: &mut String, front: &FrontState, workers: &[WorkerState]) {
@@ -189,6 +239,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn this_process_s_resident_memory_is_read() {
+        let rss = resident_bytes(std::process::id()).unwrap();
+        assert!(rss > 0 && rss % 4096 == 0, "{rss}");
+        assert_eq!(resident_bytes(u32::MAX), None);
+    }
+
+    #[test]
     fn counters_are_summed_over_seats_and_buckets_are_cumulative() {
         let mut a = SeatState {
             pid: 7,
@@ -210,7 +267,11 @@ mod tests {
         let mut total = RequestTotals::default();
         total.add(&a.requests);
         total.add(&b.requests);
-        let text = render(&total, &[a, b], None, 3_000_000_000);
+        let processes = Processes {
+            restarts: [1, 0, 0, 2],
+            resident: &[(7, 4096)],
+        };
+        let text = render(&total, &[a, b], &processes, None, 3_000_000_000);
         for line in [
             "ferroloop_requests_total{method=\"GET\",status=\"2xx\"} 2",
             "ferroloop_requests_total{method=\"POST\",status=\"5xx\"} 1",
@@ -223,6 +284,10 @@ mod tests {
             "ferroloop_worker_busy_seconds{pid=\"7\"} 2",
             "ferroloop_worker_busy_seconds{pid=\"8\"} 0",
             "ferroloop_worker_tasks_started_total{pid=\"7\"} 3",
+            "ferroloop_worker_restarts_total{reason=\"crash\"} 1",
+            "ferroloop_worker_restarts_total{reason=\"max_requests\"} 0",
+            "ferroloop_worker_restarts_total{reason=\"signal\"} 2",
+            "ferroloop_worker_resident_memory_bytes{pid=\"7\"} 4096",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
@@ -244,7 +309,13 @@ mod tests {
             bulk_running: true,
             ..WorkerState::default()
         };
-        let text = render(&RequestTotals::default(), &[], Some((&front, &[w])), 0);
+        let text = render(
+            &RequestTotals::default(),
+            &[],
+            &Processes::default(),
+            Some((&front, &[w])),
+            0,
+        );
         for line in [
             "ferroloop_front_connections_accepted_total 5",
             "ferroloop_front_pending{kind=\"bulk\"} 2",

@@ -42,7 +42,7 @@ mod dispatch;
 pub mod exposition;
 pub mod request_counts;
 
-pub use board::{Board, FrontState, SeatState, WorkerState};
+pub use board::{Board, FrontState, SeatState, WorkerState, RESTART_REASONS};
 pub use dispatch::{choose, Lane, Load};
 
 use std::collections::{BTreeMap, VecDeque};

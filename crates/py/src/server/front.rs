@@ -6,7 +6,7 @@
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
-use ferroloop_core::front::{Board, Config, Front};
+use ferroloop_core::front::{exposition, Board, Config, Front, RESTART_REASONS};
 use ferroloop_core::handoff::Peer;
 use ferroloop_core::http::{valid_field, Limits};
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -124,7 +124,30 @@ impl FrontBoard {
         let (front, workers) = self.board.snapshot();
         let now_ns = (ferroloop_core::clock::monotonic() * 1e9) as u64;
         let published = (front.updated_ns > 0).then_some((&front, workers.as_slice()));
-        ferroloop_core::front::exposition::render(&total, &seats, published, now_ns)
+        let resident: Vec<(u32, u64)> = seats
+            .iter()
+            .filter_map(|s| Some((s.pid, exposition::resident_bytes(s.pid)?)))
+            .collect();
+        let processes = exposition::Processes {
+            restarts: self.board.restarts(),
+            resident: &resident,
+        };
+        exposition::render(&total, &seats, &processes, published, now_ns)
+    }
+
+    /// The supervisor replaced a worker, for `reason` (one of `crash`, `max_requests`,
+    /// `healthcheck`, `signal`): counted in `ferroloop_worker_restarts_total`.
+    fn count_restart(&self, reason: &str) -> PyResult<()> {
+        let i = RESTART_REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "unknown restart reason {reason:?} (one of {RESTART_REASONS:?})"
+                ))
+            })?;
+        self.board.count_restart(i);
+        Ok(())
     }
 
     #[getter]
