@@ -41,8 +41,7 @@ from pathlib import Path
 import run
 import scenarios
 import servers
-
-CURVE_NAMES = {"secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521"}
+from certs import Certificates, make_certificates
 
 
 @dataclass(frozen=True)
@@ -63,40 +62,6 @@ class TlsServer(servers.Server):
         if self.name not in tls:
             raise ValueError(f"unknown server {self.name!r}")
         return [*super().command(app, port), *tls[self.name]]
-
-
-@dataclass(frozen=True)
-class Certificates:
-    ca: Path  # the CA's certificate, for the client
-    cert: Path  # the server's certificate
-    key: Path  # the server's private key, PKCS#8 PEM
-    key_type: str  # "ECDSA P-256"
-
-
-def make_certificates(directory: Path) -> Certificates:
-    """A throwaway CA and a certificate for servers.HOST signed by it, written to `directory`."""
-    import trustme
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    ca = trustme.CA()  # trustme's default key type: ECDSA P-256
-    leaf = ca.issue_cert(servers.HOST)
-    ca_path, cert_path, key_path = (directory / n for n in ("ca.pem", "server.pem", "server.key"))
-    ca.cert_pem.write_to_path(str(ca_path))
-    cert_path.write_bytes(b"".join(pem.bytes() for pem in leaf.cert_chain_pems))
-    key = serialization.load_pem_private_key(leaf.private_key_pem.bytes(), password=None)
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    if isinstance(key, ec.EllipticCurvePrivateKey):
-        key_type = f"ECDSA {CURVE_NAMES.get(key.curve.name, key.curve.name)}"
-    else:  # trustme's other key type
-        key_type = f"RSA {key.key_size} bits"
-    return Certificates(ca_path, cert_path, key_path, key_type)
 
 
 def tls_suite(certs: Certificates) -> run.Suite:

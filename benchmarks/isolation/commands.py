@@ -13,6 +13,10 @@ FastAPI in production:
   worker class lives in the `uvicorn-worker` package: `uvicorn.workers`, where it used to be, is
   deprecated and warns on import (uvicorn 0.54) in favour of that package.
 
+With `tls` set (`run.py --tls`), each gets the same certificate and key: ferroloop and uvicorn
+`--ssl-certfile CERT --ssl-keyfile KEY`, granian `--ssl-certificate CERT --ssl-keyfile KEY`,
+gunicorn `--certfile CERT --keyfile KEY`.
+
 Every server is started by benchmarks/http/servers.py's `ServerProcess` (its own session,
 SIGTERM, then SIGKILL to the whole process group), so no worker outlives its cell.
 """
@@ -31,8 +35,24 @@ class Server:
     module: str  # run as `python -m MODULE`
     requires: tuple[str, ...]  # modules the command line needs besides `module`
     workers: int = 1
+    tls: tuple[str, str] | None = None  # (certificate file, key file): serve HTTPS
 
     def command(self, app: str, port: int | str) -> list[str]:
+        plain = self.plain_command(app, port)
+        if self.tls is None:
+            return plain
+        cert, key = self.tls
+        options = {
+            "ferroloop": ["--ssl-certfile", cert, "--ssl-keyfile", key],
+            "uvicorn": ["--ssl-certfile", cert, "--ssl-keyfile", key],
+            "granian": ["--ssl-certificate", cert, "--ssl-keyfile", key],
+            "gunicorn": ["--certfile", cert, "--keyfile", key],
+        }
+        if self.name == "granian":  # its app argument comes last
+            return [*plain[:-1], *options["granian"], plain[-1]]
+        return [*plain, *options[self.name]]
+
+    def plain_command(self, app: str, port: int | str) -> list[str]:
         py, port, n = [sys.executable, "-m", self.module], str(port), str(self.workers)
         if self.name == "ferroloop":
             return [*py, app, "--host", HOST, "--port", port, "--workers", n, "--no-access-log"]

@@ -1,6 +1,6 @@
 """The large-upload clients of benchmarks/isolation: CONNS connections posting one body in a loop.
 
-    python large_client.py PORT PATH BODY_FILE EXPECT_COUNT CONNS END_NS [RATE]
+    python large_client.py PORT PATH BODY_FILE EXPECT_COUNT CONNS END_NS [RATE [tls]]
 
 Each connection is a thread with a raw socket (HTTP/1.1 keep-alive): it sends `POST PATH` with
 `Content-Type: application/json`, `Content-Length` and the body read once from BODY_FILE, reads
@@ -9,6 +9,8 @@ the response (status line, headers, Content-Length body), checks it is a 200 wit
 connection, as a client uploading files one after another. With RATE (uploads per second over
 all connections, above 0) each connection paces itself at RATE/CONNS instead: its next upload
 starts at its scheduled time, or at once when the previous answer came later (no backlog).
+With `tls` every connection speaks TLS (certificate not verified), the body encrypted by
+OpenSSL in `sendall`, which also runs without the GIL.
 The body's bytes are the same object for every send, and `sendall` copies them to the kernel
 without holding the GIL, so the client costs little CPU besides the kernel's copy. END_NS is a
 CLOCK_MONOTONIC time (`time.monotonic_ns()`): every socket operation's timeout runs out then,
@@ -26,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -72,6 +75,7 @@ def upload_loop(
     end_ns: int,
     out: dict,
     period_ns: int = 0,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     sock = None
     next_ns = time.monotonic_ns() + conn * period_ns // max(1, len(out["pids"]))
@@ -90,6 +94,8 @@ def upload_loop(
                     ("127.0.0.1", port), timeout=max(0.001, (end_ns - sent_ns) / 1e9)
                 )
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if tls is not None:
+                    sock = tls.wrap_socket(sock)
             sock.settimeout(max(0.001, (end_ns - time.monotonic_ns()) / 1e9))
             sock.sendall(head)
             sock.sendall(body)
@@ -120,6 +126,13 @@ def upload_loop(
 def main(argv: list[str]) -> int:
     port, path, body_file, count, conns, end_ns, *rest = argv
     rate = float(rest[0]) if rest else 0.0
+    tls = None
+    if rest[1:] == ["tls"]:
+        tls = ssl.create_default_context()
+        tls.check_hostname = False
+        tls.verify_mode = ssl.CERT_NONE
+    elif rest[1:]:
+        raise SystemExit(f"unknown argument {rest[1]!r} (only `tls`)")
     with open(body_file, "rb") as f:
         body = f.read()
     head = (
@@ -132,7 +145,7 @@ def main(argv: list[str]) -> int:
     threads = [
         threading.Thread(
             target=upload_loop,
-            args=(i, int(port), head, body, int(count), int(end_ns), out, period_ns),
+            args=(i, int(port), head, body, int(count), int(end_ns), out, period_ns, tls),
             daemon=True,
         )
         for i in range(conns)

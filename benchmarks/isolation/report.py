@@ -241,6 +241,15 @@ def markdown(meta: dict, cells: list[dict], summaries: list[dict], rows: list[di
         f"(the run itself adds about 2-3)",
         *([other_line] if other_line else []),
         *paced,
+        *(
+            [
+                "- **over TLS**: every server serves HTTPS with the same throwaway ECDSA P-256 "
+                "certificate; both clients speak TLS (OpenSSL, not verified); in `close` mode each "
+                "small latency includes a full handshake"
+            ]
+            if meta.get("tls")
+            else []
+        ),
         f"- per cell: a fresh server; unloaded: {meta['warmup_s_unloaded']} s warm-up, "
         f"{meta['duration_s_unloaded']} s measured; loaded: {meta['large_connections']} upload "
         f"connections {uploads}, {meta['warmup_s_loaded']} s warm-up, "

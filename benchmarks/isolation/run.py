@@ -2,7 +2,8 @@
 
     python benchmarks/isolation/run.py [--servers granian,uvicorn,gunicorn,ferroloop]
         [--workers 1,2] [--shapes keepalive,close] [--bodies list,string] [--duration 12]
-        [--repeats 1] [--quick] [--out DIR] [--small-rate R] [--upload-rate R] [--name NAME]
+        [--repeats 1] [--quick] [--out DIR] [--small-rate R] [--upload-rate R] [--tls]
+        [--name NAME]
 
 The scenario users describe when they leave uvicorn: a FastAPI app (`upload_app.py`) with a
 pydantic endpoint taking large JSON uploads, and a `GET /ping` that must stay fast meanwhile.
@@ -25,16 +26,23 @@ benchmarks/results/isolation.{md,json,png}; see benchmarks/README.md.
 loop, a server that answers small requests faster is asked for more of them, and on 2 cores
 that CPU comes out of the uploads' share (and the other way round). A paced run is written
 under `--name` (default `isolation_paced` when a rate is set).
+
+`--tls` serves HTTPS (a throwaway certificate from `trustme`, benchmarks/certs.py) and both
+clients speak TLS: the small client is then compiled with OpenSSL (`libssl-dev`), and in
+`close` mode each of its latencies includes a full handshake. Written as `isolation_tls`
+(`isolation_tls_paced`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import http.client
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -48,6 +56,7 @@ sys.path.append(str(Path(__file__).resolve().parent.parent / "http"))
 import commands
 import report
 import servers
+from certs import make_certificates
 from machine import core_busy_seconds, fmt, run_meta
 
 HERE = Path(__file__).resolve().parent
@@ -118,13 +127,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--upload-rate", type=float, default=0, help="pace the uploads (per s; 0: closed loop)"
     )
-    parser.add_argument("--name", default="", help="result file name (isolation[_paced])")
+    parser.add_argument("--tls", action="store_true", help="serve and measure over HTTPS")
+    parser.add_argument("--name", default="", help="result file name (isolation[_tls][_paced])")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"output dir ({RESULTS})")
     args = parser.parse_args(argv)
     if args.quick:
         args.bodies, args.duration, args.warmup, args.unloaded = "list", 4, 1, 2
     paced = args.small_rate > 0 or args.upload_rate > 0
-    args.name = args.name or ("isolation_paced" if paced else "isolation")
+    args.name = args.name or "isolation" + ("_tls" if args.tls else "") + (
+        "_paced" if paced else ""
+    )
     args.servers = [n for n in commands.NAMES if n in csv(args.servers)]
     args.bodies = [k for k in kinds if k in csv(args.bodies)]
     args.shapes = [s for s in SHAPES if s in csv(args.shapes)]
@@ -142,8 +154,19 @@ def server_cpus(workers: int) -> str:
     return f"0-{min(workers, os.cpu_count() or 1) - 1}"
 
 
-def check_ping(host: str, port: int, timeout: float = 5.0) -> None:
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+def unverified_tls() -> ssl.SSLContext:
+    """The clients' TLS context: the benchmark's throwaway certificate is not checked."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def check_ping(host: str, port: int, timeout: float = 5.0, tls: bool = False) -> None:
+    if tls:
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=unverified_tls())
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         conn.request("GET", "/ping")
         response = conn.getresponse()
@@ -215,7 +238,7 @@ def cpu_snapshot(server: servers.ServerProcess, clients: list[subprocess.Popen])
 def measure_phase(exe: str, proc: servers.ServerProcess, shape: str, warmup_s: float,
                   duration_s: float, pin: list[str], workdir: Path,
                   large_cmd: list[str] | None = None, small_rate: float = 0,
-                  upload_rate: float = 0) -> dict:  # fmt: skip
+                  upload_rate: float = 0, tls: bool = False) -> dict:  # fmt: skip
     """One phase: optional large clients from now on, the small client measuring after the
     warm-up for duration_s; returns the small client's stats, the large uploads answered in
     the window, and the CPU shares."""
@@ -226,13 +249,14 @@ def measure_phase(exe: str, proc: servers.ServerProcess, shape: str, warmup_s: f
     try:
         if large_cmd is not None:
             large = subprocess.Popen(
-                [*pin, *large_cmd, str(end_ns), str(upload_rate)], stdout=subprocess.PIPE,
+                [*pin, *large_cmd, str(end_ns), str(upload_rate), *(["tls"] if tls else [])],
+                stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
         samples_path = workdir / "samples.bin"
         small = subprocess.Popen(
             [*pin, exe, str(proc.port), shape, str(start_ns), str(end_ns), str(samples_path),
-             str(small_rate)],
+             str(small_rate), *(["tls"] if tls else [])],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         clients = [small] + ([large] if large else [])
@@ -285,7 +309,8 @@ def measure_phase(exe: str, proc: servers.ServerProcess, shape: str, warmup_s: f
 def measure(name: str, workers: int, shape: str, kind: str, args, exe: str, workdir: Path,
             bodies: dict) -> dict:  # fmt: skip
     """One cell: a fresh server, unloaded phase, loaded phase, check, stop."""
-    server = dataclasses.replace(commands.BY_NAME[name], workers=workers)
+    server = dataclasses.replace(commands.BY_NAME[name], workers=workers, tls=args.certs)
+    check = functools.partial(check_ping, tls=args.tls)
     cell_dir = Path(tempfile.mkdtemp(dir=workdir, prefix=f"{name}-w{workers}-{shape}-{kind}-"))
     env = {"ISOLATION_READY_DIR": str(cell_dir), "PYTHONPATH": str(HERE)}
     pin_server = ["taskset", "-c", server_cpus(workers)] if args.pinned else []
@@ -298,20 +323,20 @@ def measure(name: str, workers: int, shape: str, kind: str, args, exe: str, work
     sample: dict = {}
     log_path = cell_dir / "server.log"
     with servers.ServerProcess(server, APP, pin_server, log_path, env=env) as proc:
-        sample["startup_s"] = round(proc.wait_ready(check_ping), 3)
+        sample["startup_s"] = round(proc.wait_ready(check), 3)
         wait_for_workers(cell_dir, workers, proc)
         large_cmd[2] = str(proc.port)
         sample["unloaded"] = measure_phase(
             exe, proc, shape, UNLOADED_WARMUP_S, args.unloaded, pin_clients, cell_dir,
-            small_rate=args.small_rate,
+            small_rate=args.small_rate, tls=args.tls,
         )  # fmt: skip
         sample["loaded"] = measure_phase(
             exe, proc, shape, args.warmup, args.duration, pin_clients, cell_dir, large_cmd,
-            small_rate=args.small_rate, upload_rate=args.upload_rate,
+            small_rate=args.small_rate, upload_rate=args.upload_rate, tls=args.tls,
         )  # fmt: skip
         if not proc.alive():
             raise servers.ServerDied(f"exited during the measurement\n{proc.log_tail()}")
-        check_ping(servers.HOST, proc.port)
+        check(servers.HOST, proc.port)
         status = proc.stop()
         if status not in (0, -15):
             sample["problems"] = [f"exit status {status} after SIGTERM\n{proc.log_tail(5)}"]
@@ -379,13 +404,17 @@ def run_all(args, names: list[str], missing: dict, exe: str, workdir: Path, bodi
     return list(cells.values())
 
 
-def build_client(workdir: Path) -> str:
+def build_client(workdir: Path, tls: bool) -> str:
     exe = workdir / "small_client"
+    openssl = ["-DSMALL_CLIENT_TLS", "-lssl", "-lcrypto"] if tls else []
     built = subprocess.run(
-        ["cc", "-O2", "-Wall", "-Wextra", str(HERE / "small_client.c"), "-o", str(exe)],
+        ["cc", "-O2", "-Wall", "-Wextra", str(HERE / "small_client.c"), "-o", str(exe),
+         *openssl],
         capture_output=True, text=True,
     )  # fmt: skip
     if built.returncode != 0:
+        if tls:
+            sys.exit(f"compiling small_client.c with OpenSSL failed (libssl-dev?):\n{built.stderr}")
         sys.exit(f"compiling small_client.c failed:\n{built.stderr}")
     return str(exe)
 
@@ -416,7 +445,11 @@ def main(argv: list[str]) -> int:
     kinds = body_kinds()
     with tempfile.TemporaryDirectory(prefix="ferroloop-isolation-bench-") as tmp:
         workdir = Path(tmp)
-        exe = build_client(workdir)
+        exe = build_client(workdir, args.tls)
+        args.certs = None
+        if args.tls:
+            certs = make_certificates(workdir)
+            args.certs = (str(certs.cert), str(certs.key))
         bodies = {}
         for kind in args.bodies:
             data = kinds[kind]["build"]()
@@ -425,15 +458,21 @@ def main(argv: list[str]) -> int:
             bodies[kind] = {**kinds[kind], "file": path, "bytes": len(data)}
             del bodies[kind]["build"]
         results = run_all(args, args.servers, missing, exe, workdir, bodies)
+    tls_shown = ("CERT", "KEY") if args.tls else None
     meta = {
         **run_meta("benchmarks/isolation/run.py", argv, started, load_before, args.pinned),
         "cpus": os.cpu_count(),
         "servers": available,
         "missing": missing,
         "commands": {
-            n: " ".join(["python", *commands.BY_NAME[n].command(APP, "PORT")[1:]]).replace(
-                "--workers 1", "--workers N"
-            )
+            n: " ".join(
+                [
+                    "python",
+                    *dataclasses.replace(commands.BY_NAME[n], tls=tls_shown).command(APP, "PORT")[
+                        1:
+                    ],
+                ]
+            ).replace("--workers 1", "--workers N")
             for n in args.servers
         },
         "bodies": {
@@ -450,6 +489,7 @@ def main(argv: list[str]) -> int:
         "client_cpus": args.client_cpus,
         "small_rate": args.small_rate,
         "upload_rate": args.upload_rate,
+        "tls": args.tls,
     }
     text = report.write_all(args.out, meta, results, args.name)
     print(text)

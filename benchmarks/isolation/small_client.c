@@ -1,6 +1,6 @@
 /* The small-request client of benchmarks/isolation: one request in flight, latency of each.
  *
- *   small_client PORT MODE START_NS END_NS SAMPLES_FILE [RATE]
+ *   small_client PORT MODE START_NS END_NS SAMPLES_FILE [RATE [tls]]
  *
  * MODE is `keepalive` (one connection, reused; reopened only if the server closes it) or
  * `close` (a new connection per request, sent with `Connection: close`; the latency includes
@@ -15,6 +15,10 @@
  * clock_gettime) appended to SAMPLES_FILE as a native-endian uint64 of nanoseconds. At END_NS
  * the client stops, even in the middle of a request: every wait is a poll() bounded by END_NS,
  * so it never outlives its window by more than one poll timeout.
+ *
+ * With `tls` (the binary built with -DSMALL_CLIENT_TLS and linked with OpenSSL's libssl) every
+ * connection speaks TLS (certificates not verified; TLS 1.3 where the server offers it), and in
+ * `close` mode each latency includes the TCP connect and a full handshake.
  *
  * Prints one line:
  *
@@ -42,7 +46,12 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <signal.h>
 #include <unistd.h>
+#ifdef SMALL_CLIENT_TLS
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#endif
 
 #define PING_BODY "{\"ping\":\"pong\"}"
 #define PID_BODY "{\"pid\":"
@@ -83,6 +92,103 @@ static int wait_fd(int fd, short events) {
     }
 }
 
+/* The connection's byte stream: the socket itself, or TLS over it. One connection at a time. */
+#ifdef SMALL_CLIENT_TLS
+static SSL_CTX *tls_ctx; /* NULL: plain TCP */
+static SSL *tls;         /* the open connection's session, when tls_ctx is set */
+
+/* Waits for what the last TLS call needs; 1 when ready, 0 at END_NS or on an error. */
+static int tls_wait(int fd, int ret) {
+    int err = SSL_get_error(tls, ret);
+    if (err == SSL_ERROR_WANT_READ) {
+        return wait_fd(fd, POLLIN);
+    }
+    if (err == SSL_ERROR_WANT_WRITE) {
+        return wait_fd(fd, POLLOUT);
+    }
+    return 0;
+}
+
+/* The TLS handshake on a connected socket: 1 done, 0 at END_NS or failed (counted). */
+static int tls_open(int fd) {
+    if (!tls_ctx) {
+        return 1;
+    }
+    tls = SSL_new(tls_ctx);
+    SSL_set_fd(tls, fd);
+    for (;;) {
+        int ret = SSL_connect(tls);
+        if (ret == 1) {
+            return 1;
+        }
+        int err = SSL_get_error(tls, ret);
+        if ((err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) || !tls_wait(fd, ret)) {
+            if (now_ns() < end_ns) {
+                error("TLS handshake");
+            }
+            SSL_free(tls);
+            tls = NULL;
+            return 0;
+        }
+    }
+}
+#endif
+
+static void conn_close(int fd) {
+#ifdef SMALL_CLIENT_TLS
+    if (tls) {
+        SSL_free(tls);
+        tls = NULL;
+    }
+#endif
+    close(fd);
+}
+
+/* All of buf, or -1 (counted as an error by the caller). */
+static ssize_t conn_send(int fd, const char *buf, size_t len) {
+#ifdef SMALL_CLIENT_TLS
+    if (tls) {
+        for (;;) {
+            int ret = SSL_write(tls, buf, (int)len);
+            if (ret > 0) {
+                return ret;
+            }
+            if (!tls_wait(fd, ret)) {
+                return -1;
+            }
+        }
+    }
+#endif
+    return send(fd, buf, len, MSG_NOSIGNAL);
+}
+
+/* As recv(2) on a non-blocking socket: bytes, 0 at the peer's close, or -1 with errno (EAGAIN:
+ * wait for POLLIN and call again). */
+static ssize_t conn_recv(int fd, char *buf, size_t cap) {
+#ifdef SMALL_CLIENT_TLS
+    if (tls) {
+        int ret = SSL_read(tls, buf, (int)cap);
+        if (ret > 0) {
+            return ret;
+        }
+        int err = SSL_get_error(tls, ret);
+        if (err == SSL_ERROR_ZERO_RETURN) {
+            return 0;
+        }
+        errno = err == SSL_ERROR_WANT_READ ? EAGAIN : (err == SSL_ERROR_SYSCALL && errno ? errno : EIO);
+        if (err == SSL_ERROR_WANT_WRITE) {
+            wait_fd(fd, POLLOUT); /* a renegotiation's write: then read again */
+            errno = EINTR;
+        }
+        if (err == SSL_ERROR_SYSCALL && ret == 0) {
+            return 0; /* EOF without close_notify */
+        }
+        return -1;
+    }
+#endif
+    return recv(fd, buf, cap, 0);
+}
+
 /* A connected non-blocking socket, or -1 (at END_NS, or on an error counted in `errors`). */
 static int open_conn(int port) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
@@ -112,6 +218,12 @@ static int open_conn(int port) {
         close(fd);
         return -1;
     }
+#ifdef SMALL_CLIENT_TLS
+    if (!tls_open(fd)) {
+        close(fd);
+        return -1;
+    }
+#endif
     return fd;
 }
 
@@ -120,7 +232,7 @@ static int open_conn(int port) {
 static int read_response(int fd, char *buf, size_t cap, const char *expect, char **body) {
     size_t have = 0, want = 0, head = 0;
     for (;;) {
-        ssize_t n = recv(fd, buf + have, cap - 1 - have, 0);
+        ssize_t n = conn_recv(fd, buf + have, cap - 1 - have);
         if (n > 0) {
             have += (size_t)n;
             buf[have] = 0;
@@ -180,7 +292,7 @@ static void close_after_server(int fd) {
     uint64_t limit = now_ns() + 1000000000u;
     char buf[512];
     while (now_ns() < limit && now_ns() < end_ns) {
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        ssize_t n = conn_recv(fd, buf, sizeof buf);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
             break;
         }
@@ -189,16 +301,31 @@ static void close_after_server(int fd) {
             poll(&p, 1, 50);
         }
     }
-    close(fd);
+    conn_close(fd);
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6 && argc != 7) {
-        fprintf(stderr, "usage: %s PORT keepalive|close START_NS END_NS SAMPLES_FILE [RATE]\n",
+    if (argc < 6 || argc > 8 || (argc == 8 && strcmp(argv[7], "tls") != 0)) {
+        fprintf(stderr,
+                "usage: %s PORT keepalive|close START_NS END_NS SAMPLES_FILE [RATE [tls]]\n",
                 argv[0]);
         return 1;
     }
-    double rate = argc == 7 ? atof(argv[6]) : 0.0;
+    signal(SIGPIPE, SIG_IGN); /* a write to a connection the server closed is an error, not death */
+    if (argc == 8) {
+#ifdef SMALL_CLIENT_TLS
+        tls_ctx = SSL_CTX_new(TLS_client_method());
+        if (!tls_ctx) {
+            fprintf(stderr, "SSL_CTX_new failed\n");
+            return 1;
+        }
+        SSL_CTX_set_verify(tls_ctx, SSL_VERIFY_NONE, NULL);
+#else
+        fprintf(stderr, "built without TLS: compile with -DSMALL_CLIENT_TLS -lssl -lcrypto\n");
+        return 1;
+#endif
+    }
+    double rate = argc >= 7 ? atof(argv[6]) : 0.0;
     uint64_t period = rate > 0 ? (uint64_t)(1e9 / rate) : 0, next_send = 0;
     int port = atoi(argv[1]);
     int keepalive = strcmp(argv[2], "keepalive") == 0;
@@ -242,10 +369,10 @@ int main(int argc, char **argv) {
             if (keepalive) {
                 /* Which worker this connection landed on, for the report (not timed). */
                 char *body;
-                if (send(fd, pid_request, (size_t)pid_request_len, MSG_NOSIGNAL) !=
+                if (conn_send(fd, pid_request, (size_t)pid_request_len) !=
                         pid_request_len ||
                     read_response(fd, buf, sizeof buf, PID_BODY, &body) != 1) {
-                    close(fd);
+                    conn_close(fd);
                     fd = -1;
                     continue;
                 }
@@ -268,10 +395,10 @@ int main(int argc, char **argv) {
             next_send = (next_send > now ? next_send : now) + period;
             t0 = now_ns();
         }
-        ssize_t sent = send(fd, request, (size_t)request_len, MSG_NOSIGNAL);
+        ssize_t sent = conn_send(fd, request, (size_t)request_len);
         if (sent != request_len) { /* a fresh small request fits any socket buffer */
             error("send");
-            close(fd);
+            conn_close(fd);
             fd = -1;
             continue;
         }
@@ -283,7 +410,7 @@ int main(int argc, char **argv) {
             break;
         }
         if (got < 0) {
-            close(fd);
+            conn_close(fd);
             fd = -1;
             continue;
         }
@@ -306,7 +433,7 @@ int main(int argc, char **argv) {
         }
     }
     if (fd >= 0) {
-        close(fd);
+        conn_close(fd);
     }
     if (fwrite(samples, sizeof *samples, count, out) != count || fclose(out) != 0) {
         perror(argv[5]);
