@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +62,35 @@ def test_worker_that_stops_answering_health_checks_is_replaced(
     if os.environ.get("FERROLOOP_TEST_SERVER", "ferroloop") == "ferroloop":
         # ferroloop's words; uvicorn's supervisor logs the kill in its own.
         assert "did not answer a health check within 1 s; killing it" in server.output_text()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (Linux: /proc/PID/task/PID/children)."""
+    found = []
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return found
+    for child in map(int, children):
+        found += [child, *descendants(child)]
+    return found
+
+
+@pytest.mark.ferroloop_only("ferroloop's workers leave SIGHUP to the supervisor")
+def test_a_sighup_sent_to_every_process_loses_no_request_in_flight(spawn_server, connect):
+    """A terminal's hangup (or `kill -HUP -PGID`) reaches the workers as well as the
+    supervisor: the supervisor replaces the workers gracefully, and the workers do not die of
+    the signal with requests in flight."""
+    server = spawn_server("raw_asgi:app", "--workers", "2")
+    connections = [connect(server) for _ in range(3)]
+    for connection in connections:
+        connection.send(b"GET /sleep?s=1 HTTP/1.1\r\nHost: t\r\n\r\n")
+    time.sleep(0.3)  # the requests reach their workers' apps
+    tree = [server.proc.pid, *descendants(server.proc.pid)]
+    assert len(tree) >= 4, tree  # the supervisor, the front and three workers
+    for pid in tree:
+        os.kill(pid, signal.SIGHUP)
+    for connection in connections:
+        assert connection.read_response().status == 200
+    server.wait_for_output("restarting workers")
+    assert "signal SIGHUP" not in server.output_text()

@@ -105,6 +105,10 @@ def restart_reason(worker: _Worker, code: int) -> str:
     return "crash"
 
 
+def _hangup_is_the_supervisor_s(sig: int, frame: object) -> None:
+    """A worker's SIGHUP handler: nothing to do (see ``_worker_main``)."""
+
+
 def _die_with_parent() -> None:
     """Linux: the worker gets SIGTERM if the parent dies (a SIGKILLed supervisor leaves no
     orphans serving stale code)."""
@@ -132,7 +136,11 @@ def _worker_main(
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    # SIGHUP belongs to the supervisor (a graceful replacement of every worker). One sent to the
+    # whole process group (a terminal's hangup, `kill -HUP -PGID`) reaches the supervisor too,
+    # so here it must not kill the worker mid-request. A handler, not SIG_IGN: the app's child
+    # processes get the default disposition back when they exec.
+    signal.signal(signal.SIGHUP, _hangup_is_the_supervisor_s)
     try:
         server = Server(config)
         server.seat = seat
