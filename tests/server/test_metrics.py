@@ -228,6 +228,20 @@ def test_restarts_are_counted_by_reason_and_each_worker_s_memory_shows(spawn_ser
         t["expr"] for p in json.loads(dashboard)["panels"] for t in p["targets"]
     )))  # fmt: skip
     assert queried and queried <= {name for name, _ in samples}, queried
+    # The workers' loops publish their counters once a second (each publication a timer).
+    deadline = time.monotonic() + 10
+    while (samples := scrape(port)).get(("ferroloop_loop_lag_seconds_count", ()), 0) < 3:
+        assert time.monotonic() < deadline, samples
+        time.sleep(0.1)
+    assert samples[("ferroloop_loop_iterations_total", ())] > 0
+    busy = [
+        value
+        for (name, labels), value in samples.items()
+        if name == "ferroloop_loop_iteration_seconds_bucket"
+    ]
+    assert (
+        busy == sorted(busy) and busy[-1] == samples[("ferroloop_loop_iteration_seconds_count", ())]
+    )
     victim = min(memory)
     os.kill(victim, signal.SIGKILL)
     deadline = time.monotonic() + 10

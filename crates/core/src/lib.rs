@@ -23,6 +23,7 @@ pub mod handoff;
 pub mod http;
 pub mod inject;
 pub mod intmap;
+pub mod loop_stats;
 pub mod net;
 pub mod outq;
 pub mod poll_budget;
@@ -38,6 +39,7 @@ pub mod ws;
 
 pub use inject::{Injector, PushOutcome, Sealed};
 pub use intmap::IntMap;
+pub use loop_stats::LoopStats;
 pub use outq::{Flushed, OutQueue, WriteCall};
 pub use poll_budget::{PollBudget, PollDecision};
 pub use poller::{Events, Interest, Modified, Poller, Readiness};

@@ -47,6 +47,7 @@ logger = logging.getLogger("ferroloop.error")
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 TICK = 0.1
+LOOP_STATS_PERIOD = 1.0  # seconds between copies of the loop's counters to the seat (--metrics)
 WSGI_THREAD_JOIN = 1.0  # seconds to wait for each WSGI thread once the pool is closed
 
 
@@ -201,6 +202,10 @@ class Server:
             board, seat = self.seat
             board.seat_open(seat, os.getpid())
             options.update(board=board, seat=seat)
+            if self.config.metrics:
+                # ferroloop_loop_*: this loop's counters, copied to the seat once a second.
+                loop.enable_metrics()  # type: ignore[attr-defined]
+                self._publish_loop_stats(loop, board, seat)
         for sock in [channel.sock] if channel is not None else listeners:
             srv = cls(
                 loop,
@@ -331,6 +336,11 @@ class Server:
             sock.close()
         if self._owns_sockets:
             remove_unix_socket(self.config)
+
+    def _publish_loop_stats(self, loop: Any, board: Any, seat: int) -> None:
+        board.seat_loop(seat, loop)
+        if not self.should_exit:
+            loop.call_later(LOOP_STATS_PERIOD, self._publish_loop_stats, loop, board, seat)
 
     # -- signals -------------------------------------------------------------------------------
 

@@ -28,7 +28,9 @@
 
 use std::io;
 
+use super::loop_counts::{LoopCounts, LoopTotals};
 use super::request_counts::{RequestCounts, RequestTotals};
+use crate::loop_stats::LoopStats;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -77,6 +79,8 @@ struct Seat {
     busy_since_ns: AtomicU64,
     tasks_started: AtomicU64,
     requests: RequestCounts,
+    /// The worker's loop counters, with `--metrics` (`loop_counts`).
+    loop_counts: LoopCounts,
 }
 
 /// What a worker publishes about itself.
@@ -102,6 +106,7 @@ pub const RESTART_REASONS: [&str; 4] = ["crash", "max_requests", "healthcheck", 
 struct Retired {
     seq: AtomicU64,
     requests: RequestCounts,
+    loop_counts: LoopCounts,
     restarts: [AtomicU64; RESTART_REASONS.len()],
 }
 
@@ -252,9 +257,38 @@ impl Board {
         let s = self.seat(i);
         if s.pid.load(Ordering::Relaxed) != 0 {
             r.requests.add(&s.requests.read());
+            r.loop_counts.add(&s.loop_counts.read());
         }
         s.pid.store(0, Ordering::Relaxed);
         r.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+
+    /// Every loop counted on the board: the seats in use and the retired workers'.
+    pub fn loop_totals(&self) -> LoopTotals {
+        let r = self.retired();
+        loop {
+            let before = r.seq.load(Ordering::Acquire);
+            if before % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut total = r.loop_counts.read();
+            for i in 0..self.capacity {
+                let s = self.seat(i);
+                if s.pid.load(Ordering::Acquire) != 0 {
+                    total.add(&s.loop_counts.read());
+                }
+            }
+            fence(Ordering::Acquire);
+            if r.seq.load(Ordering::Relaxed) == before {
+                return total;
+            }
+        }
+    }
+
+    /// Seat `i`'s worker copies its loop's counters there (its only writer).
+    pub fn seat_loop(&self, i: usize, stats: &LoopStats) {
+        self.seat(i).loop_counts.store(&LoopTotals::from(stats));
     }
 
     /// A worker was replaced, for `RESTART_REASONS[reason]` (the process that gives seats
@@ -299,6 +333,7 @@ impl Board {
         s.busy_since_ns.store(0, r);
         s.tasks_started.store(0, r);
         s.requests.reset();
+        s.loop_counts.store(&LoopTotals::default());
         s.pid.store(u64::from(pid), Ordering::Release);
     }
 
@@ -516,6 +551,43 @@ mod tests {
         assert!(board.seats().is_empty());
         // The front's part is untouched by the seats.
         assert_eq!(board.snapshot(), (FrontState::default(), Vec::new()));
+    }
+
+    #[test]
+    fn loop_counters_are_summed_over_seats_and_kept_when_a_worker_retires() {
+        let board = Board::new(2).unwrap();
+        board.seat_open(0, 7);
+        board.seat_open(1, 8);
+        let mut stats = LoopStats::default();
+        stats.enable();
+        stats.iteration(1.0);
+        stats.polled(1.0, 1.5);
+        stats.work_starts(1.5);
+        stats.timer_fired(1.5, 1.4);
+        stats.iteration(1.6);
+        board.seat_loop(0, &stats);
+        board.seat_loop(1, &stats);
+        let t = board.loop_totals();
+        assert_eq!(
+            (t.iterations, t.polls, t.poll_wait_ns),
+            (4, 2, 1_000_000_000)
+        );
+        assert_eq!(
+            (t.busy.iter().sum::<u64>(), t.lag.iter().sum::<u64>()),
+            (2, 2)
+        );
+        board.seat_retire(0);
+        assert_eq!(
+            board.loop_totals().iterations,
+            4,
+            "a retired worker's count stays"
+        );
+        board.seat_open(0, 9);
+        assert_eq!(
+            board.loop_totals().iterations,
+            4,
+            "a new seat starts from zero"
+        );
     }
 
     #[test]

@@ -8,7 +8,9 @@
 use std::fmt::Write;
 
 use super::board::{FrontState, SeatState, WorkerState, RESTART_REASONS};
+use super::loop_counts::LoopTotals;
 use super::request_counts::{RequestTotals, BUCKETS, METHODS, STATUS_CLASSES};
+use crate::loop_stats::BUCKETS as LOOP_BUCKETS;
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -21,6 +23,8 @@ pub struct Processes<'a> {
     pub restarts: [u64; RESTART_REASONS.len()],
     /// Resident memory of each worker, `(pid, bytes)`, as [`resident_bytes`] read it.
     pub resident: &'a [(u32, u64)],
+    /// The workers' loops, summed, gone ones included (`Board::loop_totals`).
+    pub loops: LoopTotals,
 }
 
 /// Process `pid`'s resident set in bytes, from `/proc/PID/statm` (`None` if it is gone or
@@ -130,7 +134,71 @@ pub fn render(
     out
 }
 
+fn histogram(out: &mut String, name: &str, counts: &[u64], sum_ns: u64) {
+    let mut cumulative = 0;
+    for (i, bound) in LOOP_BUCKETS.iter().enumerate() {
+        cumulative += counts[i];
+        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+    }
+    cumulative += counts[LOOP_BUCKETS.len()];
+    let _ = writeln!(
+        out,
+        "{name}_bucket{{le=\"+Inf\"}} {cumulative}\n{name}_sum {}\n{name}_count {cumulative}",
+        sum_ns as f64 * 1e-9
+    );
+}
+
+fn render_loops(out: &mut String, loops: &LoopTotals) {
+    for (name, help, value) in [
+        (
+            "ferroloop_loop_iterations_total",
+            "Loop iterations, over every worker's loop.",
+            loops.iterations as f64,
+        ),
+        (
+            "ferroloop_loop_polls_total",
+            "Polls for I/O (an iteration with ready work may skip its poll).",
+            loops.polls as f64,
+        ),
+        (
+            "ferroloop_loop_poll_wait_seconds_total",
+            "Time the loops waited for I/O, timers or wake-ups (idle).",
+            loops.poll_wait_ns as f64 * 1e-9,
+        ),
+    ] {
+        family(out, name, "counter", help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+    family(
+        out,
+        "ferroloop_loop_iteration_seconds",
+        "histogram",
+        "Per loop iteration: time running ready work (callbacks, due timers, the loop's own \
+         work), from the end of its poll to the start of the next iteration.",
+    );
+    histogram(
+        out,
+        "ferroloop_loop_iteration_seconds",
+        &loops.busy,
+        loops.busy_sum_ns,
+    );
+    family(
+        out,
+        "ferroloop_loop_lag_seconds",
+        "histogram",
+        "Per timer: how long after its deadline the iteration that dispatched it began (a loop \
+         held by a long callback shows here).",
+    );
+    histogram(
+        out,
+        "ferroloop_loop_lag_seconds",
+        &loops.lag,
+        loops.lag_sum_ns,
+    );
+}
+
 fn render_processes(out: &mut String, processes: &Processes<'_>) {
+    render_loops(out, &processes.loops);
     family(
         out,
         "ferroloop_worker_restarts_total",
@@ -267,9 +335,17 @@ mod tests {
         let mut total = RequestTotals::default();
         total.add(&a.requests);
         total.add(&b.requests);
+        let mut loops = LoopTotals {
+            iterations: 10,
+            busy_sum_ns: 3_000_000,
+            ..LoopTotals::default()
+        };
+        loops.busy[2] = 4; // up to 500 µs
+        loops.busy[8] = 1; // above 1 s
         let processes = Processes {
             restarts: [1, 0, 0, 2],
             resident: &[(7, 4096)],
+            loops,
         };
         let text = render(&total, &[a, b], &processes, None, 3_000_000_000);
         for line in [
@@ -288,6 +364,13 @@ mod tests {
             "ferroloop_worker_restarts_total{reason=\"max_requests\"} 0",
             "ferroloop_worker_restarts_total{reason=\"signal\"} 2",
             "ferroloop_worker_resident_memory_bytes{pid=\"7\"} 4096",
+            "ferroloop_loop_iterations_total 10",
+            "ferroloop_loop_iteration_seconds_bucket{le=\"0.0001\"} 0",
+            "ferroloop_loop_iteration_seconds_bucket{le=\"0.0005\"} 4",
+            "ferroloop_loop_iteration_seconds_bucket{le=\"1\"} 4",
+            "ferroloop_loop_iteration_seconds_bucket{le=\"+Inf\"} 5",
+            "ferroloop_loop_iteration_seconds_sum 0.003",
+            "ferroloop_loop_lag_seconds_count 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }

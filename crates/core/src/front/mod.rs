@@ -40,6 +40,7 @@
 mod board;
 mod dispatch;
 pub mod exposition;
+pub mod loop_counts;
 pub mod request_counts;
 
 pub use board::{Board, FrontState, SeatState, WorkerState, RESTART_REASONS};

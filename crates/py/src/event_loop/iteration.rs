@@ -15,6 +15,9 @@
 //!    WebSocket frames leave together at the end of the batch, as uvloop writes streams in its
 //!    check phase; asyncio transports still write at once).
 //!
+//! With `enable_metrics()`, the iteration also counts itself, its poll, its busy time and its
+//! timers' lateness (`ferroloop_core::loop_stats`), from the clock reads above and no other.
+//!
 //! Invariants: no borrow of the loop state is held across the poll (GIL released) or across a
 //! call into Python (a callback, a Rust task); nothing is held back (`deferred`) once
 //! `run_ready` returns, so no write waits across a poll. A skipped poll skips only steps 2-3's
@@ -54,14 +57,20 @@ impl LoopCore {
         // The iteration's one clock read while ready work is pending: for the budget, the poll
         // timeout and the due timers (a second one only after a poll that may have slept).
         let mut now = clock::monotonic();
+        if this.flags.metrics() {
+            this.state.borrow(py)?.stats.iteration(now);
+        }
         let mut waker_fired = false;
         if let PollPlan::Wait(timeout) = this.poll_plan(py, now, may_skip_poll)? {
+            let before = now;
             waker_fired = this.poll_and_queue(py, timeout)?;
             this.shared.injector.woke(waker_fired);
             if timeout != Some(Duration::ZERO) {
                 now = clock::monotonic();
             }
-            this.state.borrow(py)?.poll_budget.polled(now);
+            let mut st = this.state.borrow(py)?;
+            st.poll_budget.polled(now);
+            st.stats.polled(before, now);
         }
         // Rust tasks a `call_soon` took in (`drain_injector`) wait in `injected_tasks` with no
         // wake-up of their own: checked here too.
@@ -189,8 +198,23 @@ impl LoopCore {
     fn queue_due_timers(&self, py: Python<'_>, now: f64) -> PyResult<()> {
         let end = now + CLOCK_RESOLUTION;
         let mut st = self.state.borrow(py)?;
-        let State { ready, timers, .. } = &mut *st;
-        while let Some(t) = timers.pop_before(end) {
+        let State {
+            ready,
+            timers,
+            stats,
+            ..
+        } = &mut *st;
+        stats.work_starts(now);
+        let measured = stats.enabled();
+        loop {
+            // The deadline only for the metrics' timer lag (`loop_stats`).
+            let when = if measured { timers.peek_when() } else { None };
+            let Some(t) = timers.pop_before(end) else {
+                break;
+            };
+            if let Some(when) = when {
+                stats.timer_fired(now, when);
+            }
             crate::handle::unscheduled(&t);
             ready.push(t.into_bound(py).into_super().unbind().into());
         }

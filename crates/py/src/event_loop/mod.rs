@@ -30,6 +30,7 @@ use pyo3::PyTraverseError;
 
 mod fds;
 mod iteration;
+mod metrics;
 pub mod native_work;
 mod state;
 
@@ -143,6 +144,8 @@ struct Flags {
     closed: AtomicBool,
     stopping: AtomicBool,
     debug: AtomicBool,
+    /// `enable_metrics()` was called: the iteration records `State::stats`.
+    metrics: AtomicBool,
 }
 
 impl Flags {
@@ -154,6 +157,9 @@ impl Flags {
     }
     fn debug(&self) -> bool {
         self.debug.load(Ordering::Relaxed)
+    }
+    fn metrics(&self) -> bool {
+        self.metrics.load(Ordering::Relaxed)
     }
 }
 
@@ -243,6 +249,11 @@ impl LoopCore {
     /// Whether the loop is in debug mode (asyncio's `get_debug()`), without a Python call.
     pub(crate) fn debug(&self) -> bool {
         self.flags.debug()
+    }
+
+    /// A copy of the loop's counters (`enable_metrics()`), for the server's `--metrics`.
+    pub(crate) fn loop_stats(&self, py: Python<'_>) -> PyResult<ferroloop_core::LoopStats> {
+        Ok(self.state.borrow(py)?.stats)
     }
 
     /// A handle for Rust threads to hand work to this loop.
@@ -1128,6 +1139,17 @@ impl LoopCore {
     /// instructions per task under callgrind. `set_debug` stays asyncio's and writes `_debug`.
     fn get_debug(&self) -> bool {
         self.flags.debug()
+    }
+
+    /// Starts counting the loop's iterations, polls, busy time and timer lag (`metrics()`);
+    /// idempotent. Off by default: a loop nobody measures pays one flag test per iteration.
+    fn enable_metrics(&self, py: Python<'_>) -> PyResult<()> {
+        metrics::enable(self, py)
+    }
+
+    /// A snapshot of the counters `enable_metrics()` started, as a dict (`metrics.rs`).
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        metrics::snapshot(self, py)
     }
 
     #[getter(_closed)]

@@ -7,7 +7,7 @@
 
 use std::os::fd::RawFd;
 
-use ferroloop_core::{IntMap, PollBudget, ReadyQueue, Timers};
+use ferroloop_core::{IntMap, LoopStats, PollBudget, ReadyQueue, Timers};
 use pyo3::prelude::*;
 
 use super::fds::FdEntry;
@@ -37,6 +37,9 @@ pub(super) struct State {
     pub(super) in_batch_end: bool,
     /// When an iteration with ready work polls for I/O (`iteration.rs`).
     pub(super) poll_budget: PollBudget,
+    /// Iterations, polls, busy time and timer lag, once `enable_metrics()` was called
+    /// (`metrics.rs`).
+    pub(super) stats: LoopStats,
 }
 
 impl State {

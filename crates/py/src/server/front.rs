@@ -13,6 +13,8 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+use crate::event_loop::LoopCore;
+
 /// Shared memory where the front publishes each worker's state and its own counts
 /// (`ferroloop_core::front::Board`); a process forked after it was made reads what the front
 /// writes.
@@ -131,8 +133,24 @@ impl FrontBoard {
         let processes = exposition::Processes {
             restarts: self.board.restarts(),
             resident: &resident,
+            loops: self.board.loop_totals(),
         };
         exposition::render(&total, &seats, &processes, published, now_ns)
+    }
+
+    /// Seat `seat`'s worker copies its loop's counters there (`loop.enable_metrics()` first):
+    /// `ferroloop_loop_*` in the exposition.
+    fn seat_loop(
+        &self,
+        py: Python<'_>,
+        seat: usize,
+        event_loop: PyRef<'_, LoopCore>,
+    ) -> PyResult<()> {
+        if seat >= self.board.capacity() {
+            return Err(PyValueError::new_err("seat is beyond the board's capacity"));
+        }
+        self.board.seat_loop(seat, &event_loop.loop_stats(py)?);
+        Ok(())
     }
 
     /// The supervisor replaced a worker, for `reason` (one of `crash`, `max_requests`,
