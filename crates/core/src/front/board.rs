@@ -263,8 +263,10 @@ impl Board {
         r.seq.store(seq.wrapping_add(2), Ordering::Release);
     }
 
-    /// Every loop counted on the board: the seats in use and the retired workers'.
-    pub fn loop_totals(&self) -> LoopTotals {
+    /// `sum` of the retired part and the seats in use, retried until no retirement ran
+    /// meanwhile (the retired part's `seq`): a retiring worker's counts are neither missed nor
+    /// counted twice.
+    fn consistent_sum<T>(&self, sum: impl Fn(&Retired) -> T) -> T {
         let r = self.retired();
         loop {
             let before = r.seq.load(Ordering::Acquire);
@@ -272,6 +274,17 @@ impl Board {
                 std::hint::spin_loop();
                 continue;
             }
+            let total = sum(r);
+            fence(Ordering::Acquire);
+            if r.seq.load(Ordering::Relaxed) == before {
+                return total;
+            }
+        }
+    }
+
+    /// Every loop counted on the board: the seats in use and the retired workers'.
+    pub fn loop_totals(&self) -> LoopTotals {
+        self.consistent_sum(|r| {
             let mut total = r.loop_counts.read();
             for i in 0..self.capacity {
                 let s = self.seat(i);
@@ -279,11 +292,8 @@ impl Board {
                     total.add(&s.loop_counts.read());
                 }
             }
-            fence(Ordering::Acquire);
-            if r.seq.load(Ordering::Relaxed) == before {
-                return total;
-            }
-        }
+            total
+        })
     }
 
     /// Seat `i`'s worker copies its loop's counters there (its only writer).
@@ -305,22 +315,13 @@ impl Board {
 
     /// Every request counted on the board: the seats in use and the retired workers'.
     pub fn request_totals(&self) -> RequestTotals {
-        let r = self.retired();
-        loop {
-            let before = r.seq.load(Ordering::Acquire);
-            if before % 2 == 1 {
-                std::hint::spin_loop();
-                continue;
-            }
+        self.consistent_sum(|r| {
             let mut total = r.requests.read();
             for s in self.seats() {
                 total.add(&s.requests);
             }
-            fence(Ordering::Acquire);
-            if r.seq.load(Ordering::Relaxed) == before {
-                return total;
-            }
-        }
+            total
+        })
     }
 
     /// Seat `i` now belongs to worker `pid` (or is free with 0), its counts from zero. The

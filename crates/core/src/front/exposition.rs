@@ -134,6 +134,12 @@ pub fn render(
     out
 }
 
+/// One counter without labels.
+fn counter(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    family(out, name, "counter", help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
 fn histogram(out: &mut String, name: &str, counts: &[u64], sum_ns: u64) {
     let mut cumulative = 0;
     for (i, bound) in LOOP_BUCKETS.iter().enumerate() {
@@ -166,8 +172,7 @@ fn render_loops(out: &mut String, loops: &LoopTotals) {
             loops.poll_wait_ns as f64 * 1e-9,
         ),
     ] {
-        family(out, name, "counter", help);
-        let _ = writeln!(out, "{name} {value}");
+        counter(out, name, help, value);
     }
     family(
         out,
@@ -250,8 +255,7 @@ fn render_front(out: &mut String, front: &FrontState, workers: &[WorkerState]) {
             front.lost_with_worker,
         ),
     ] {
-        family(out, name, "counter", help);
-        let _ = writeln!(out, "{name} {value}");
+        counter(out, name, help, value);
     }
     family(
         out,
