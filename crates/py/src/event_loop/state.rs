@@ -11,6 +11,7 @@ use ferroloop_core::{IntMap, PollBudget, ReadyQueue, Timers};
 use pyo3::prelude::*;
 
 use super::fds::FdEntry;
+use super::Injected;
 use crate::handle::{Ready, TimerHandle};
 
 #[derive(Default)]
@@ -37,6 +38,11 @@ pub(super) struct State {
     pub(super) in_batch_end: bool,
     /// When an iteration with ready work polls for I/O (`iteration.rs`).
     pub(super) poll_budget: PollBudget,
+    /// An empty buffer with room, handed to the injector at each drain (`drain_pending`) for
+    /// the next batch of pushes: the two alternate, so a thread pushing thousands of
+    /// `call_soon_threadsafe` calls per switch of the GIL does not regrow the injector's queue
+    /// from empty every time (reallocations of hundreds of KiB, and their page faults).
+    pub(super) injector_spare: Vec<Injected>,
 }
 
 impl State {
