@@ -104,7 +104,9 @@ impl NativeWork {
                 // `InvalidStateError`): one Python call per completion instead of two.
                 let set = match value {
                     Ok(v) => future.call_method1(intern!(py, "set_result"), (v,)),
-                    Err(e) => future.call_method1(intern!(py, "set_exception"), (e.into_value(py),)),
+                    Err(e) => {
+                        future.call_method1(intern!(py, "set_exception"), (e.into_value(py),))
+                    }
                 };
                 match set {
                     Ok(_) => Ok(()),
