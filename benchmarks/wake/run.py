@@ -21,6 +21,7 @@ and `paced` (2,000 completions/s in all, spread over the producers: latency on a
 loop). Each cell runs in a fresh child process. Refuses a debug build of ferroloop.
 
     .venv/bin/python benchmarks/wake/run.py [--repeat 3] [--out benchmarks/results/wake.md]
+        [--loops ferroloop,rloop] [--producers 1,4,64] [--modes burst,paced] [--paths capsule]
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,6 +44,7 @@ BURST_TOTAL = 20_000
 PACED_TOTAL = 1_000
 PACED_RATE = 2_000  # completions/s over all producers
 LOOPS = ("asyncio", "uvloop", "rloop", "ferroloop")
+FLOOR_SOURCE = Path(__file__).resolve().parent.parent / "loop" / "wake_floor.c"
 
 
 def new_loop(name: str) -> asyncio.AbstractEventLoop:
@@ -122,6 +126,36 @@ def available(name: str) -> bool:
     return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 
 
+def c_floor(repeat: int) -> str:
+    """The wake-up with no Python at all (`benchmarks/loop/wake_floor.c`: a thread in
+    `epoll_wait` on an eventfd, another writing it every 500 µs, the paced mode's gap per
+    producer at N=1), unpinned like the cells: medians of `repeat` runs."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return "C floor: not measured (no C compiler)"
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "wake_floor"
+        built = subprocess.run(
+            [compiler, "-O2", "-pthread", str(FLOOR_SOURCE), "-o", str(exe)],
+            capture_output=True,
+            text=True,
+        )
+        if built.returncode != 0:
+            return f"C floor: not measured (compiling wake_floor.c failed: {built.stderr[:200]})"
+        p50s, p99s = [], []
+        for _ in range(repeat):
+            out = subprocess.run([str(exe), "1000", "500", "100"], capture_output=True, text=True)
+            p50, p99 = (float(x) for x in out.stdout.split())
+            p50s.append(p50)
+            p99s.append(p99)
+    return (
+        f"C floor (`benchmarks/loop/wake_floor.c`, one thread waking another through an eventfd "
+        f"every 500 µs, no Python, unpinned, median of {repeat}): p50 "
+        f"{statistics.median(p50s):.1f} µs [{min(p50s):.1f}-{max(p50s):.1f}], p99 "
+        f"{statistics.median(p99s):.1f} µs [{min(p99s):.1f}-{max(p99s):.1f}]"
+    )
+
+
 def load() -> str:
     one, five, _ = os.getloadavg()
     return f"load average {one:.2f} (1 min), {five:.2f} (5 min), {os.cpu_count()} CPUs"
@@ -132,45 +166,58 @@ def main() -> None:
     ap.add_argument("--child", nargs=4, metavar=("LOOP", "PATH", "N", "MODE"))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--loops", default=",".join(LOOPS), help="comma-separated subset")
+    ap.add_argument("--producers", default=",".join(map(str, PRODUCERS)))
+    ap.add_argument("--modes", default="burst,paced")
+    ap.add_argument("--paths", default="threadsafe,pipe,capsule")
     args = ap.parse_args()
     if args.child:
         loop_name, path, n, mode = args.child
         child(loop_name, path, int(n), mode)
         return
-    loops = [name for name in LOOPS if available(name)]
-    rows = []
+    loops = [name for name in args.loops.split(",") if available(name)]
+    wanted_paths = args.paths.split(",")
+    cells = [
+        (mode, n, loop_name, path)
+        for mode in args.modes.split(",")
+        for n in (int(x) for x in args.producers.split(","))
+        for loop_name in loops
+        for path in ["threadsafe", "pipe"] + (["capsule"] if loop_name == "ferroloop" else [])
+        if path in wanted_paths
+    ]
     lines = [f"# benchmarks/wake ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", ""]
-    lines += [f"Before: {load()}. Median of {args.repeat} runs (min-max in brackets).", ""]
+    lines += [f"Before: {load()}. Median of {args.repeat} rounds (min-max in brackets); each"]
+    lines += ["round runs every cell once, in order, so the repeats of a cell are interleaved.", ""]
+    lines += [c_floor(args.repeat) + ".", ""]
     lines += ["| mode | N | loop | path | completions/s | p50 µs | p99 µs |"]
     lines += ["|---|---|---|---|---|---|---|"]
-    for mode in ("burst", "paced"):
-        for n in PRODUCERS:
-            for loop_name in loops:
-                paths = ["threadsafe", "pipe"] + (["capsule"] if loop_name == "ferroloop" else [])
-                for path in paths:
-                    runs = []
-                    for _ in range(args.repeat):
-                        out = subprocess.run(
-                            [sys.executable, __file__, "--child", loop_name, path, str(n), mode],
-                            capture_output=True,
-                            text=True,
-                            timeout=300,
-                        )
-                        if out.returncode != 0:
-                            print(out.stderr, file=sys.stderr)
-                            break
-                        runs.append(json.loads(out.stdout))
-                    if not runs:
-                        continue
+    runs: dict[tuple, list[dict]] = {cell: [] for cell in cells}
+    for round_no in range(args.repeat):
+        for mode, n, loop_name, path in cells:
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", loop_name, path, str(n), mode],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            if out.returncode != 0:
+                print(out.stderr, file=sys.stderr)
+                continue
+            result = json.loads(out.stdout)
+            runs[(mode, n, loop_name, path)].append(result)
+            print(f"round {round_no + 1}: {mode} {n} {loop_name} {path} {result}", flush=True)
+    rows = []
+    for (mode, n, loop_name, path), got in runs.items():
+        if not got:
+            continue
 
-                    def cell(key: str, fmt: str, runs: list = runs) -> str:
-                        xs = [r[key] for r in runs]
-                        return f"{statistics.median(xs):{fmt}} [{min(xs):{fmt}}-{max(xs):{fmt}}]"
+        def cell(key: str, fmt: str, got: list = got) -> str:
+            xs = [r[key] for r in got]
+            return f"{statistics.median(xs):{fmt}} [{min(xs):{fmt}}-{max(xs):{fmt}}]"
 
-                    row = f"| {mode} | {n} | {loop_name} | {path} | {cell('per_s', ',.0f')} | "
-                    row += f"{cell('p50_us', '.1f')} | {cell('p99_us', '.1f')} |"
-                    print(row, flush=True)
-                    rows.append(row)
+        row = f"| {mode} | {n} | {loop_name} | {path} | {cell('per_s', ',.0f')} | "
+        row += f"{cell('p50_us', '.1f')} | {cell('p99_us', '.1f')} |"
+        rows.append(row)
     lines += rows
     lines += ["", f"After: {load()}."]
     text = "\n".join(lines) + "\n"

@@ -158,8 +158,9 @@ class _BlockedLoop:
 
 
 def test_handles_queued_from_other_threads_are_out_of_the_collectors_lists():
-    # handle.rs: a handle waiting in the loop's injector is untracked (the loop's traversal
-    # stands in for it) and tracked again when the loop drains it, or when the loop closes.
+    # handle.rs: a handle waiting in the loop's injector (and then in its ready queue) is
+    # untracked (the loop's traversal stands in for it) and tracked again once it ran, as it is
+    # still held here, or when the loop closes.
     loop = ferroloop.new_event_loop()
     try:
         blocked = _BlockedLoop(loop)

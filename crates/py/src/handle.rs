@@ -32,8 +32,9 @@
 //!   object of its own, which every collection of the young generations and every full one
 //!   walked: 100k pending timers cost 6,230 instructions each to schedule, 4,294 with this.
 //! - The same holds for a `Handle` that `call_soon_threadsafe` queued from another thread while
-//!   it waits in the loop's injector (made untracked, `track_again` when the loop moves it to
-//!   the ready queue or drops it, `visit_injected` in the loop's traversal): a
+//!   it waits in the loop's injector (made untracked, `visit_injected` in the loop's
+//!   traversal; moved to the ready queue as it is, where the next rule takes over, or tracked
+//!   again with `track_again` when the loop drops the injector's contents): a
 //!   thread pushing faster than the loop drains leaves thousands of handles there, and the
 //!   collector's passes over them cost about a third of each push before.
 //! - The same holds for a `call_soon` handle (and a `call_soon_threadsafe` one made on the loop's
@@ -71,6 +72,7 @@ use pyo3::{Borrowed, PyTraverseError};
 
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
+use crate::handle_threadsafe::{wait_while_running, RunState, Running};
 use crate::hooks;
 use crate::native_call::NativeCall;
 
@@ -208,6 +210,8 @@ pub struct Handle {
     // `ManuallyDrop`: taken apart by `Drop for Handle` (no second pass over the emptied state).
     inner: ManuallyDrop<LoopCell<Inner>>,
     cancelled: AtomicBool,
+    /// `call_soon_threadsafe`'s handles: whether the callback runs now (`handle_threadsafe`).
+    run_state: RunState,
     /// The direct call for a native callback (`native_call.rs`), found when the handle is made.
     native: Option<NativeCall>,
     // `ManuallyDrop`: released by `Drop for Handle` with a plain decref.
@@ -285,6 +289,7 @@ impl Handle {
                 repr: None,
             })),
             cancelled: AtomicBool::new(false),
+            run_state: RunState::default(),
             context_untracked: AtomicBool::new(false),
             native,
             context: ManuallyDrop::new(context),
@@ -299,6 +304,7 @@ impl Handle {
         Self {
             inner: ManuallyDrop::new(LoopCell::new(Inner::default())),
             cancelled: AtomicBool::new(true),
+            run_state: RunState::default(),
             context_untracked: AtomicBool::new(false),
             native: None,
             context: ManuallyDrop::new(py.None()),
@@ -318,6 +324,12 @@ impl Handle {
         self.cancelled.load(Ordering::Relaxed)
     }
 
+    /// A `call_soon_threadsafe` handle: `cancel()` and `cancelled()` from another thread wait
+    /// for a running callback (`handle_threadsafe`).
+    pub(crate) fn mark_threadsafe(&self) {
+        self.run_state.mark_threadsafe();
+    }
+
     /// Runs the callback in the handle's context. Returns `Err` only for `KeyboardInterrupt` and
     /// `SystemExit` (which stop the loop, as in asyncio) or for a failing exception handler;
     /// every other exception goes to the loop's exception handler.
@@ -334,6 +346,11 @@ impl Handle {
             }
         };
         let context = this.context.bind(py);
+        // A threadsafe handle counts as running until the call returned (handle_threadsafe).
+        let _running = this
+            .run_state
+            .is_threadsafe()
+            .then(|| Running::begin(py, &this.run_state));
         let result = if is_context(context) {
             run_in_context(context, || match this.native {
                 Some(native) => native(&callback, args.single()),
@@ -619,10 +636,13 @@ pub(crate) fn report_failure(
 #[pymethods]
 impl Handle {
     pub(crate) fn cancel(slf: &Bound<'_, Self>) -> PyResult<()> {
-        slf.get().cancel_base(slf.py(), slf.as_any())
+        let this = slf.get();
+        wait_while_running(slf.py(), &this.run_state);
+        this.cancel_base(slf.py(), slf.as_any())
     }
 
-    fn cancelled(&self) -> bool {
+    fn cancelled(&self, py: Python<'_>) -> bool {
+        wait_while_running(py, &self.run_state);
         self.is_cancelled()
     }
 

@@ -17,6 +17,7 @@ mod gc_head;
 mod gil;
 mod handle;
 mod handle_alloc;
+mod handle_threadsafe;
 mod hooks;
 mod native_call;
 mod private_fn;

@@ -39,6 +39,9 @@ use super::{Injected, LoopCore, State, Taken, CLOCK_RESOLUTION, WAKER_TOKEN};
 use crate::handle::{Handle, Ready};
 use crate::sock_ops::os_error;
 
+/// The largest injector buffer kept for reuse (entries): a burst beyond it gives its memory back.
+const INJECTOR_SPARE_MAX: usize = 1 << 16;
+
 /// What step 1 decided about I/O.
 enum PollPlan {
     /// Ready work runs without a poll: the poll budget is not spent.
@@ -373,22 +376,26 @@ impl LoopCore {
 
     #[inline(never)]
     fn drain_pending(&self, py: Python<'_>) -> PyResult<()> {
-        let mut batch = Vec::new();
-        self.shared.injector.drain_into(&mut batch);
         let mut tasks = self
             .injected_tasks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut st = self.state.borrow(py)?;
-        for item in batch {
+        // The spare (empty, with room) becomes the injector's queue; the queued items come out
+        // in the queue's own buffer, which is the spare once emptied (`State::injector_spare`).
+        let mut batch = std::mem::take(&mut st.injector_spare);
+        self.shared.injector.drain_into(&mut batch);
+        for item in batch.drain(..) {
             match item {
-                Injected::Handle(h) => {
-                    crate::handle::track_again(&h, h.get());
-                    st.ready.push(h.into());
-                }
+                // Untracked it stays: the ready queue's traversal visits it in place, and its
+                // entry's drop tracks it again if anything else still holds it (handle.rs).
+                Injected::Handle(h) => st.ready.push(h.into()),
                 Injected::Task(t) => tasks.push(Taken::Rust(t)),
                 Injected::Native(w) => tasks.push(Taken::Native(w)),
             }
+        }
+        if batch.capacity() <= INJECTOR_SPARE_MAX {
+            st.injector_spare = batch;
         }
         Ok(())
     }
@@ -407,7 +414,7 @@ impl LoopCore {
         let py = slf.py();
         let this = slf.get();
         this.drain_injector(py)?;
-        let tasks = std::mem::take(
+        let mut tasks = std::mem::take(
             &mut *this
                 .injected_tasks
                 .lock()
@@ -420,7 +427,7 @@ impl LoopCore {
         // over from its pool thread) are written together when they are all done.
         this.state.borrow(py)?.in_batch = true;
         let mut result = Ok(());
-        for task in tasks {
+        for task in tasks.drain(..) {
             let failed = match task {
                 Taken::Rust(t) => t(py).err().map(|e| (e, false)),
                 Taken::Native(w) => w
@@ -433,6 +440,16 @@ impl LoopCore {
                     result = Err(e);
                     break;
                 }
+            }
+        }
+        // The emptied buffer serves the next batch, as the injector's spare does.
+        if tasks.capacity() <= INJECTOR_SPARE_MAX {
+            let mut slot = this
+                .injected_tasks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if slot.is_empty() && slot.capacity() < tasks.capacity() {
+                *slot = tasks;
             }
         }
         Self::end_batch(slf)?;

@@ -17,10 +17,10 @@
 //! - Tokens are never reused (a counter from 1), so a stale token finds nothing rather than
 //!   another caller's future.
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
+use ferroloop_core::IntMap;
 use ferroloop_embed::abi::{BuildFn, CallFn};
 use pyo3::exceptions::{PyRuntimeError, PySystemError};
 use pyo3::gc::PyVisit;
@@ -99,16 +99,20 @@ impl NativeWork {
                     )));
                 };
                 let future = future.bind(py);
-                if future.call_method0(intern!(py, "cancelled"))?.is_truthy()? {
-                    return Ok(());
-                }
-                match value {
-                    Ok(v) => future.call_method1(intern!(py, "set_result"), (v,))?,
+                // asyncio's `_set_result_unless_cancelled`, with the `cancelled()` call only
+                // where the set failed (an asyncio future refuses a result once cancelled, with
+                // `InvalidStateError`): one Python call per completion instead of two.
+                let set = match value {
+                    Ok(v) => future.call_method1(intern!(py, "set_result"), (v,)),
                     Err(e) => {
-                        future.call_method1(intern!(py, "set_exception"), (e.into_value(py),))?
+                        future.call_method1(intern!(py, "set_exception"), (e.into_value(py),))
                     }
                 };
-                Ok(())
+                match set {
+                    Ok(_) => Ok(()),
+                    Err(_) if future.call_method0(intern!(py, "cancelled"))?.is_truthy()? => Ok(()),
+                    Err(e) => Err(e),
+                }
             }
         }
     }
@@ -135,7 +139,10 @@ pub struct FutureTable {
 
 #[derive(Default)]
 struct TableState {
-    futures: HashMap<u64, Py<PyAny>>,
+    /// By token. The tokens are this table's own counter, not a peer's choice, so SipHash's
+    /// flooding resistance buys nothing: with it, hashing was about 500 instructions of each
+    /// completion's register and resolve (callgrind, `benchmarks/wake`'s capsule path).
+    futures: IntMap<u64, Py<PyAny>>,
     last_token: u64,
     closed: bool,
 }

@@ -11,6 +11,7 @@ use ferroloop_core::{IntMap, LoopStats, PollBudget, ReadyQueue, Timers};
 use pyo3::prelude::*;
 
 use super::fds::FdEntry;
+use super::Injected;
 use crate::handle::{Ready, TimerHandle};
 
 #[derive(Default)]
@@ -40,6 +41,11 @@ pub(super) struct State {
     /// Iterations, polls, busy time and timer lag, once `enable_metrics()` was called
     /// (`metrics.rs`).
     pub(super) stats: LoopStats,
+    /// An empty buffer with room, handed to the injector at each drain (`drain_pending`) for
+    /// the next batch of pushes: the two alternate, so a thread pushing thousands of
+    /// `call_soon_threadsafe` calls per switch of the GIL does not regrow the injector's queue
+    /// from empty every time (reallocations of hundreds of KiB, and their page faults).
+    pub(super) injector_spare: Vec<Injected>,
 }
 
 impl State {
