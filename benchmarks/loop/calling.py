@@ -97,7 +97,7 @@ def _compile(shape: str):
     return namespace["body"]
 
 
-def measure(loop: asyncio.AbstractEventLoop, shape: str, n: int) -> float:
+def time_shape(loop: asyncio.AbstractEventLoop, shape: str, n: int) -> float:
     """Seconds for N calls in `shape` and the work they leave, on `loop` (not running)."""
     body = _compile(shape)
     op = shape.split(".")[0]
@@ -130,8 +130,8 @@ def measure(loop: asyncio.AbstractEventLoop, shape: str, n: int) -> float:
 
 def run(loop: asyncio.AbstractEventLoop, params: dict) -> dict:
     shape, n = params["shape"], params["n"]
-    measure(loop, shape, max(n // 10, 1000))  # warm-up: specialisation, allocator, free lists
-    elapsed = measure(loop, shape, n)
+    time_shape(loop, shape, max(n // 10, 1000))  # warm-up: specialisation, allocator, free lists
+    elapsed = time_shape(loop, shape, n)
     return {"metrics": {"ns_per_call": elapsed / n * 1e9}}
 
 
@@ -150,11 +150,11 @@ def count(name: str, n: int, shapes: list[str]) -> None:
         marks.start()
         gc.disable()
         for shape in shapes:
-            measure(loop, shape, 1000)  # warm-up: specialisation, allocator, free lists
+            time_shape(loop, shape, 1000)  # warm-up: specialisation, allocator, free lists
             for calls in (n, 2 * n):
                 gc.collect()
                 marks.zero()
-                measure(loop, shape, calls)
+                time_shape(loop, shape, calls)
                 marks.dump(f"{shape} {calls}")
     finally:
         gc.enable()
@@ -177,8 +177,8 @@ def main(argv: list[str]) -> int:
     loop = loops.factory(name)()
     asyncio.set_event_loop(loop)
     try:
-        measure(loop, shape, 1000)  # the same warm-up at N and 2N: it cancels out
-        elapsed = measure(loop, shape, n)
+        time_shape(loop, shape, 1000)  # the same warm-up at N and 2N: it cancels out
+        elapsed = time_shape(loop, shape, n)
     finally:
         asyncio.set_event_loop(None)
         loop.close()
