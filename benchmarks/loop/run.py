@@ -30,6 +30,7 @@ from wake_floor import measure as measure_wake_floor
 
 BENCHMARKS = (
     "call_soon",
+    "calling",
     "iteration",
     "timers",
     "futures",

@@ -40,6 +40,39 @@ from ._transports import TransportOps
 class Loop(LoopCore, SocketOps, SignalOps, TransportOps, base_events.BaseEventLoop):  # type: ignore[misc]
     """An asyncio event loop whose core is written in Rust."""
 
+    # Every attribute that asyncio's ``BaseEventLoop`` (3.11 to 3.15) and the mixins set on a loop
+    # is a slot, so the instance ``__dict__`` stays empty (not even made) unless a user sets an
+    # attribute of their own. CPython 3.12 and 3.13 specialise method loads (``loop.call_soon``)
+    # only on an object whose dict has not been made; 3.13 makes it for the first attribute that
+    # is not a slot, as the loop's instance layout is not an empty object's (docs/measurements.md,
+    # 2026-11-28 "calling shapes"). ``tests/loop/test_calling_shapes.py`` checks that a loop's
+    # life leaves its dict empty. The native core's own attributes (``_closed``, ``_stopping``,
+    # ``_debug``, ``_thread_id``, ``_task_factory``) are descriptors of ``LoopCore``.
+    __slots__ = (
+        "_asyncgens",
+        "_asyncgens_shutdown_called",
+        "_clock_resolution",
+        "_coroutine_origin_tracking_enabled",
+        "_coroutine_origin_tracking_saved_depth",
+        "_csock",
+        "_current_handle",
+        "_default_executor",
+        "_exception_handler",
+        "_executor_shutdown_called",
+        "_internal_fds",
+        "_old_agen_hooks",
+        "_ready",
+        "_scheduled",
+        "_selector",
+        "_signal_handlers",
+        "_ssock",
+        "_timer_cancelled_count",
+        "_transports",
+        "_unix_server_sockets",
+        "_wakeup_restore",
+        "slow_callback_duration",
+    )
+
     def __init__(self) -> None:
         super().__init__()
         self._signals_init()

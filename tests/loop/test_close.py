@@ -245,7 +245,10 @@ def test_loop_instance_attributes_are_set_read_listed_and_deleted(loop):
     assert (loop.custom, vars(loop)["custom"]) == (1, 1)
     del loop.custom
     assert not hasattr(loop, "custom")
-    assert "_ready" in vars(loop)  # set by BaseEventLoop.__init__ (asyncio's own attributes)
+    # Set by BaseEventLoop.__init__ (asyncio's own attributes): in asyncio's instance dict, in a
+    # slot of ferroloop's loop (tests/native/test_loop_attributes.py).
+    assert "_ready" in dir(loop)
+    assert hasattr(loop, "_ready")
 
     # The attributes are read from C too (the C Future asks loop.get_debug and loop.call_soon).
     async def main():

@@ -1,13 +1,16 @@
-"""``ferroloop.Loop.call_soon``: the descriptor of ``crates/py/src/cached_method.rs``.
+"""``ferroloop.Loop.call_soon`` and the other hot methods: the descriptors of
+``crates/py/src/cached_method.rs``.
 
-It is a type object (so that CPython's specialised call instruction calls it directly) that
+Each is a type object (so that CPython's specialised call instruction calls it directly) that
 must otherwise read and behave as the method it stands for: these cases are ferroloop's own;
-``tests/loop/test_call_soon.py`` runs the behaviour both loops share.
+``tests/loop/test_call_soon.py`` and ``tests/loop/test_calling_shapes.py`` run the behaviour both
+loops share.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 import sys
 
@@ -23,38 +26,65 @@ def loop():
     loop.close()
 
 
-def descriptor():
-    return ferroloop.Loop.__dict__["call_soon"]
+# name -> (signature, doc)
+CACHED = {
+    "call_soon": (
+        "(callback, *args, context=None)",
+        "Arrange for callback(*args) to be called soon.",
+    ),
+    "call_later": (
+        "(delay, callback, *args, context=None)",
+        "Call callback(*args) after delay seconds.",
+    ),
+    "call_at": ("(when, callback, *args, context=None)", "Call callback(*args) at loop time when."),
+    "create_future": ("()", "Create a Future object attached to the loop."),
+    "create_task": (
+        "(coro, *, name=None, context=None, **kwargs)",
+        "Schedule a coroutine object as a Task.",
+    ),
+    "time": ("()", "The loop's clock: seconds, monotonic."),
+}
+
+
+def descriptor(name="call_soon"):
+    return ferroloop.Loop.__dict__[name]
 
 
 @pytest.mark.cpython_loan("cached_call_soon")
-def test_reads_as_the_method():
-    call_soon = ferroloop.Loop.call_soon
-    assert call_soon is descriptor()
-    assert repr(call_soon) == "<method 'call_soon' of 'ferroloop._native.LoopCore' objects>"
-    assert call_soon.__name__ == "call_soon"
-    assert call_soon.__qualname__ == "Loop.call_soon"
-    assert call_soon.__doc__ == "Arrange for callback(*args) to be called soon."
-    assert call_soon.__objclass__ is _native.LoopCore
-    assert str(inspect.signature(call_soon)) == "(callback, *args, context=None)"
+@pytest.mark.parametrize("name", list(CACHED))
+def test_reads_as_the_method(name):
+    signature, doc = CACHED[name]
+    method = getattr(ferroloop.Loop, name)
+    assert method is descriptor(name)
+    assert repr(method) == f"<method '{name}' of 'ferroloop._native.LoopCore' objects>"
+    assert method.__name__ == name
+    assert method.__qualname__ == f"Loop.{name}"
+    assert method.__doc__ == doc
+    assert method.__objclass__ is _native.LoopCore
+    assert str(inspect.signature(method)) == signature
     # What differs from a plain method descriptor (docs/usage.md).
-    assert isinstance(call_soon, type)
-    assert not inspect.ismethoddescriptor(call_soon)
+    assert isinstance(method, type)
+    assert not inspect.ismethoddescriptor(method)
 
 
 @pytest.mark.cpython_loan("cached_call_soon")
-def test_binds_once_per_loop(loop):
-    first = loop.call_soon
-    assert loop.call_soon is first
+@pytest.mark.parametrize("name", list(CACHED))
+def test_binds_once_per_loop(loop, name):
+    first = getattr(loop, name)
+    assert getattr(loop, name) is first
     assert first.__self__ is loop
-    assert descriptor().__get__(loop, type(loop)) is first
-    assert descriptor().__get__(None, type(loop)) is descriptor()
+    assert descriptor(name).__get__(loop, type(loop)) is first
+    assert descriptor(name).__get__(None, type(loop)) is descriptor(name)
+    assert functools.partial(getattr(loop, name)).func is first
     other = ferroloop.new_event_loop()
     try:
-        assert other.call_soon is not first
-        assert other.call_soon.__self__ is other
+        assert getattr(other, name) is not first
+        assert getattr(other, name).__self__ is other
     finally:
         other.close()
+    # A closed loop keeps none: each fetch binds anew.
+    other_bound = getattr(other, name)
+    assert getattr(other, name) is not other_bound
 
 
 def test_unbound_calls_check_self_and_arguments(loop):
@@ -76,6 +106,26 @@ def test_unbound_calls_check_self_and_arguments(loop):
     assert got == [1, 2]
 
 
+def test_unbound_calls_of_the_other_methods_check_self_and_arguments(loop):
+    assert isinstance(ferroloop.Loop.time(loop), float)
+    fut = ferroloop.Loop.create_future(loop)
+    assert fut.get_loop() is loop
+    timer = ferroloop.Loop.call_later(loop, 10, print)
+    assert ferroloop.Loop.call_at(loop, timer.when(), print).when() == timer.when()
+    for name in ("time", "create_future"):
+        with pytest.raises(TypeError, match="doesn't apply to a 'int' object"):
+            getattr(ferroloop.Loop, name)(1)
+        with pytest.raises(TypeError, match="takes no arguments"):
+            getattr(ferroloop.Loop, name)(loop, 1)
+        with pytest.raises(TypeError, match="takes no keyword arguments"):
+            getattr(ferroloop.Loop, name)(loop, x=1)
+    with pytest.raises(TypeError, match="doesn't apply to a 'int' object"):
+        ferroloop.Loop.call_later(1, 1, print)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    fut.cancel()
+
+
 @pytest.mark.cpython_loan("cached_call_soon")
 def test_cannot_be_made_subclassed_or_changed():
     call_soon = descriptor()
@@ -94,6 +144,7 @@ def test_cannot_be_made_subclassed_or_changed():
         call_soon.__doc__ = "changed"
     with pytest.raises(RuntimeError, match="once"):
         _native._install_fast_methods(ferroloop.Loop)
+    assert type(descriptor("time")) is type(call_soon)
 
 
 def test_python_call_sites_run_callbacks_in_order(loop):

@@ -1,22 +1,29 @@
-//! `call_soon` as a descriptor that binds once per loop and that the interpreter calls directly.
+//! The loop's hot methods as descriptors that bind once per loop and that the interpreter calls
+//! directly: `call_soon`, `call_later`, `call_at`, `create_future`, `create_task` and `time`.
 //!
-//! asyncio's C `Future` and `Task` call `loop.call_soon(..., context=ctx)` for every done
-//! callback and task step, and fetch the attribute with `PyObject_GetAttr` each time
-//! (`_asynciomodule.c: call_soon`). On a plain method descriptor that binds a new method object
-//! per call. Python code (`loop.call_soon(cb)`) goes through `LOAD_METHOD` instead, which binds
-//! nothing when the descriptor's type declares itself a method descriptor.
-//!
-//! The descriptor serves both callers. Its `__get__` on a loop returns that loop's one bound
-//! method, made on first use and kept in `LoopCore::bound_call_soon`, so the C `Future`'s lookup
-//! allocates nothing. For Python code, `Py_TPFLAGS_METHOD_DESCRIPTOR` lets the interpreter's
-//! specialised `LOAD_METHOD` push it unbound, and the call that follows is specialised too:
-//! the descriptor is itself a type object (an instance of `meta_type()`, a subclass of `type`),
-//! immutable and with a `tp_vectorcall`, which CPython 3.11 to 3.13 call straight from the
-//! specialised instruction (`PRECALL_BUILTIN_CLASS`, `CALL_BUILTIN_CLASS`). Any other callable
-//! object gets the generic call path (`PyObject_Vectorcall` and `_Py_CheckFunctionResult`).
-//! Under callgrind that is 73 instructions less per `call_soon` callback (1,611 -> 1,538 in
-//! `benchmarks/loop/call_soon.py`'s shape) than the same descriptor as an ordinary object.
-//! The vectorcall, with the loop as the first argument, calls `call_soon`'s C function itself.
+//! A method is reached three ways, and each must be fast (issue 29, "every calling shape"):
+//! - Python's `loop.call_soon(cb)` goes through `LOAD_METHOD`, which binds nothing when the
+//!   descriptor's type declares itself a method descriptor (`Py_TPFLAGS_METHOD_DESCRIPTOR`), and
+//!   the call that follows is specialised too: the descriptor is itself a type object (an
+//!   instance of `meta_type()`, a subclass of `type`), immutable and with a `tp_vectorcall`,
+//!   which CPython 3.11 to 3.13 call straight from the specialised instruction
+//!   (`PRECALL_BUILTIN_CLASS`, `CALL_BUILTIN_CLASS`). Any other callable object gets the generic
+//!   call path (`PyObject_Vectorcall` and `_Py_CheckFunctionResult`): under callgrind 73
+//!   instructions more per `call_soon` callback (1,611 against 1,538 in
+//!   `benchmarks/loop/call_soon.py`'s shape). The vectorcall, with the loop as the first
+//!   argument, calls the method's C function itself.
+//! - An attribute fetch (`getattr(loop, "call_later")`, `functools.partial(loop.time)`,
+//!   C code's `PyObject_GetAttr`: asyncio's C `Future` and `Task` fetch `loop.call_soon` for every
+//!   done callback and task step, `_asynciomodule.c: call_soon`) would bind a new method object
+//!   per fetch on a plain method descriptor. Here `__get__` on a loop returns that loop's one
+//!   bound method of that name, made on first use and kept in `LoopCore::bound_methods`, so the
+//!   fetch allocates nothing.
+//! - A bound method kept in a local (`cs = loop.call_soon`) is that cached method, a built-in
+//!   method whose call CPython specialises (`PRECALL_BUILTIN_FAST_WITH_KEYWORDS`,
+//!   `PRECALL_NO_KW_BUILTIN_FAST`) into a direct call of the same C function. That is why
+//!   `time` and `create_future` are `METH_FASTCALL` functions that take no arguments rather
+//!   than `METH_NOARGS` ones: CPython 3.11 to 3.13 specialise no call of a `METH_NOARGS`
+//!   built-in method, which then costs about 77 instructions more per call (callgrind).
 //!
 //! What a user sees of it: `Loop.call_soon` reads as the descriptor, whose `repr`, `__name__`,
 //! `__qualname__`, `__doc__`, `__objclass__` and signature are the method's; that it is a type
@@ -24,20 +31,24 @@
 //! be instantiated or subclassed. `loop.call_soon` is the loop's cached bound method.
 //!
 //! Invariants:
-//! - `meta_type()` has one instance, `Registered::descr`, made once by [`wrap`] (a second
-//!   `wrap` fails): the type refuses instantiation from Python (`refuse_new`, and
-//!   `type.__new__` refuses a type whose `tp_new` is not `type`'s).
-//! - `descr` is an immutable heap type, not subclassable, whose `tp_new` is NULL and whose
-//!   `tp_vectorcall` is `vectorcall`; nothing changes them after `wrap`.
+//! - `meta_type()`'s instances are the `Registered::descr` made by one call of [`wrap_all`] (a
+//!   second fails): the type refuses instantiation from Python (`refuse_new`, and `type.__new__`
+//!   refuses a type whose `tp_new` is not `type`'s).
+//! - Each `descr` is an immutable heap type, not subclassable, whose `tp_new` is NULL and whose
+//!   `tp_vectorcall` is `VECTORCALLS[i]` for its index `i` in `Registry::methods` (and in
+//!   `LoopCore::bound_methods`); nothing changes them after `wrap_all`.
 //! - `inner` is a method descriptor of `LoopCore` and `cls` a `LoopCore` subclass, set once in
-//!   `REGISTERED`. `direct` is the C function of `inner`'s method definition. A call with at
-//!   least one argument whose type is exactly `cls` passes the plain descriptor's checks (an
-//!   argument for `self`, an instance of `LoopCore`), so calling `direct` for it is what the
-//!   descriptor would do (less CPython's C recursion check, which guards nothing here:
-//!   `call_soon` calls no callback); every other call and every bind goes through `inner`, so
-//!   argument checks, the `self` type check and error messages are the plain descriptor's.
-//! - The cached bound method refers back to its loop. `LoopCore` visits and clears it in its GC
-//!   hooks, and `close()` drops it, so a loop is never kept alive by it.
+//!   `REGISTRY`. `direct` is the C function of `inner`'s method definition, with its calling
+//!   convention. A call with at least one argument whose type is exactly `cls` (and, for a
+//!   `METH_FASTCALL` method without `METH_KEYWORDS`, no keywords) passes the plain descriptor's
+//!   checks (an argument for `self`, an instance of `LoopCore`, no keywords), so calling `direct`
+//!   for it is
+//!   what the descriptor would do (less CPython's C recursion check, which guards nothing here:
+//!   none of these methods calls Python code that could recurse into it); every other call and
+//!   every bind goes through `inner`, so argument checks, the `self` type check and error
+//!   messages are the plain descriptor's.
+//! - A cached bound method refers back to its loop. `LoopCore` visits and clears them in its GC
+//!   hooks, and `close()` drops them, so a loop is never kept alive by them.
 
 use std::ffi::{c_int, c_void};
 use std::mem::offset_of;
@@ -52,19 +63,45 @@ use pyo3::Borrowed;
 use crate::event_loop::LoopCore;
 use crate::fastcall::{entry, MethodDef};
 
-/// What the one `call_soon` descriptor made by [`wrap`] serves (see the module invariants).
+/// How `direct` is called: the method definition's calling convention.
+#[derive(Clone, Copy)]
+enum Direct {
+    /// `METH_FASTCALL | METH_KEYWORDS`: `f(self, args, nargs, kwnames)`.
+    Keywords(ffi::PyCFunctionFastWithKeywords),
+    /// `METH_FASTCALL`: `f(self, args, nargs)`.
+    Fast(ffi::PyCFunctionFast),
+}
+
+/// What one descriptor made by [`wrap_all`] serves (see the module invariants).
 struct Registered {
     /// The descriptor: a type object whose type is `meta_type()`.
     descr: Py<PyAny>,
     /// A plain method descriptor of `LoopCore` for the same method definition.
     inner: Py<PyAny>,
-    /// The class the descriptor was installed on (a `LoopCore` subclass).
-    cls: Py<PyType>,
     /// `inner`'s C function, called directly for an instance of exactly `cls`.
-    direct: ffi::PyCFunctionFastWithKeywords,
+    direct: Direct,
 }
 
-static REGISTERED: PyOnceLock<Registered> = PyOnceLock::new();
+/// Every descriptor made by [`wrap_all`], at its index in `LoopCore::bound_methods`.
+struct Registry {
+    /// The class the descriptors were installed on (a `LoopCore` subclass).
+    cls: Py<PyType>,
+    methods: Vec<Registered>,
+    /// The index of `call_soon`, if it is one of them (for [`own_call_soon`]).
+    call_soon: Option<usize>,
+}
+
+impl Registry {
+    /// The index of the descriptor `descr`.
+    fn index_of(&self, descr: *mut ffi::PyObject) -> Option<usize> {
+        self.methods.iter().position(|m| m.descr.as_ptr() == descr)
+    }
+}
+
+static REGISTRY: PyOnceLock<Registry> = PyOnceLock::new();
+
+/// How many methods a loop caches a bound method for: `LoopCore::bound_methods`' length.
+pub(crate) const CACHED_METHODS: usize = 6;
 
 /// Whether the `cached_call_soon` loan was taken (`cpython_loans.rs`): set once, by
 /// [`install`], at module initialisation.
@@ -78,12 +115,22 @@ pub(crate) fn install(py: Python<'_>) {
     ENABLED.store(taken, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Whether `wrap` may be used for `call_soon` (else a plain method descriptor is).
+/// Whether `wrap_all` may be used (else plain method descriptors are).
 pub(crate) fn enabled() -> bool {
     ENABLED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-unsafe extern "C" fn vectorcall(
+/// Each descriptor's `tp_vectorcall`, by index (see the module invariants).
+const VECTORCALLS: [ffi::vectorcallfunc; CACHED_METHODS] = [
+    vectorcall::<0>,
+    vectorcall::<1>,
+    vectorcall::<2>,
+    vectorcall::<3>,
+    vectorcall::<4>,
+    vectorcall::<5>,
+];
+
+unsafe extern "C" fn vectorcall<const I: usize>(
     _callable: *mut ffi::PyObject,
     args: *const *mut ffi::PyObject,
     nargsf: usize,
@@ -93,7 +140,10 @@ unsafe extern "C" fn vectorcall(
     let py = unsafe { Python::assume_attached() };
     // Not through `entry`/`registered`: its unwinding guard and `PyResult` cost 12 instructions
     // per `call_soon` here (callgrind), and nothing below can panic.
-    let Some(reg) = REGISTERED.get(py) else {
+    let Some((reg, method)) = REGISTRY
+        .get(py)
+        .and_then(|reg| Some((reg, reg.methods.get(I)?)))
+    else {
         // SAFETY: the GIL is held; the message is a static C string.
         unsafe {
             ffi::PyErr_SetString(
@@ -106,14 +156,20 @@ unsafe extern "C" fn vectorcall(
     // SAFETY: CPython calls a vectorcall slot on a live object with the arguments as the protocol
     // passes them. With at least one argument, `args[0]` is live; if its type is exactly `cls`, it
     // is a `LoopCore` instance and `direct` gets the call as the plain descriptor would pass it
-    // (`self`, then the rest, `kwnames` unchanged; see the module invariants). Otherwise the
-    // arguments are forwarded unchanged.
+    // (`self`, then the rest, `kwnames` unchanged; for `METH_FASTCALL`, only without keywords;
+    // see the module invariants). Otherwise the arguments are forwarded unchanged.
     unsafe {
         let nargs = ffi::PyVectorcall_NARGS(nargsf);
         if nargs >= 1 && ffi::Py_TYPE(*args) == reg.cls.as_ptr().cast() {
-            return (reg.direct)(*args, args.add(1), nargs - 1, kwnames);
+            match method.direct {
+                Direct::Keywords(f) => return f(*args, args.add(1), nargs - 1, kwnames),
+                Direct::Fast(f) if kwnames.is_null() => {
+                    return f(*args, args.add(1).cast_mut(), nargs - 1);
+                }
+                Direct::Fast(_) => {}
+            }
         }
-        ffi::PyObject_Vectorcall(reg.inner.as_ptr(), args, nargsf, kwnames)
+        ffi::PyObject_Vectorcall(method.inner.as_ptr(), args, nargsf, kwnames)
     }
 }
 
@@ -132,8 +188,8 @@ unsafe extern "C" fn descr_get(
         return descr;
     }
     entry(py, || {
-        let reg = registered(py)?;
-        let inner = reg.inner.as_ptr();
+        let (reg, index, method) = registered(py, descr)?;
+        let inner = method.inner.as_ptr();
         // SAFETY: `inner` is a method descriptor, whose type has `tp_descr_get`.
         let bind = || unsafe {
             let get = (*ffi::Py_TYPE(inner))
@@ -155,7 +211,7 @@ unsafe extern "C" fn descr_get(
             // Not a loop: the plain descriptor raises its usual TypeError.
             return Ok(bind());
         };
-        LoopCore::bound_call_soon(&core, || {
+        LoopCore::bound_method(&core, index, || {
             // SAFETY: `bind` returns a new reference or NULL with an exception set.
             unsafe { Bound::from_owned_ptr_or_err(py, bind()) }.map(Bound::unbind)
         })
@@ -163,19 +219,27 @@ unsafe extern "C" fn descr_get(
     })
 }
 
-fn registered(py: Python<'_>) -> PyResult<&Registered> {
-    REGISTERED
+/// The registry, the index of the descriptor `descr` and what it serves.
+fn registered(
+    py: Python<'_>,
+    descr: *mut ffi::PyObject,
+) -> PyResult<(&Registry, usize, &Registered)> {
+    let reg = REGISTRY
         .get(py)
-        .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("cached_method: not installed"))
+        .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("cached_method: not installed"))?;
+    let index = reg
+        .index_of(descr)
+        .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("cached_method: unknown"))?;
+    Ok((reg, index, &reg.methods[index]))
 }
 
-unsafe extern "C" fn repr(_obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
+unsafe extern "C" fn repr(descr: *mut ffi::PyObject) -> *mut ffi::PyObject {
     // SAFETY: CPython calls `tp_repr` with the GIL held.
     let py = unsafe { Python::assume_attached() };
     entry(py, || {
-        let reg = registered(py)?;
+        let (_, _, method) = registered(py, descr)?;
         // SAFETY: the GIL is held; `inner` is live.
-        Ok(unsafe { ffi::PyObject_Repr(reg.inner.as_ptr()) })
+        Ok(unsafe { ffi::PyObject_Repr(method.inner.as_ptr()) })
     })
 }
 
@@ -252,54 +316,46 @@ fn meta_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
 /// so that a task may queue its steps and done callbacks without calling it: a subclass's
 /// override, a replacement set on the class later, or one set on the instance
 /// (`mock.patch.object`) must see them, as under asyncio's C Task, which looks `call_soon` up for
-/// each of them. Answered from the type attribute cache and the instance dict, without the
-/// attribute lookup and binding (about 600 instructions).
+/// each of them. Answered as the interpreter's method load would (`_PyObject_GetMethod`: the
+/// type attribute cache, then the instance's attributes), without binding. The instance dict is
+/// never made here: on CPython 3.12 and 3.13 a loop whose dict was made loses the specialised
+/// method loads of every `loop.method(...)` written in Python (`_loop.py`, `__slots__`).
 pub(crate) fn own_call_soon(loop_: &Bound<'_, PyAny>) -> bool {
     let py = loop_.py();
-    let Some(reg) = REGISTERED.get(py) else {
+    let Some((index, method)) = REGISTRY
+        .get(py)
+        .and_then(|reg| Some((reg.call_soon?, &reg.methods[reg.call_soon?])))
+    else {
         return false;
     };
     let name = pyo3::intern!(py, "call_soon");
     let obj = loop_.as_ptr();
-    // SAFETY: we hold the GIL; the type and the interned name are live; the result is borrowed
-    // and only its type is read, at once.
-    let found = unsafe { crate::private_fn::type_lookup(ffi::Py_TYPE(obj), name.as_ptr()) };
-    // SAFETY: `found` is NULL or a live object (borrowed from a dict of the type's MRO).
-    if found != reg.descr.as_ptr() {
+    let descr = method.descr.as_ptr();
+    // SAFETY: we hold the GIL; the loop, the interned name and the descriptor are live.
+    if let Some(own) = unsafe { crate::private_fn::loads_as_method(obj, name.as_ptr(), descr) } {
+        return own;
+    }
+    // Without the private function: the attribute as Python code would get it, ours if it is
+    // this loop's cached bound `call_soon` (what `descr_get` hands out for an unshadowed one).
+    let Ok(found) = loop_.getattr(name) else {
         return false;
-    }
-    // The instance dict (made from the inline attribute values the first time, then reused):
-    // a new reference, or NULL with an exception set for an object without one.
-    // SAFETY: we hold the GIL and `obj` is live.
-    let dict = unsafe { ffi::PyObject_GenericGetDict(obj, ptr::null_mut()) };
-    if dict.is_null() {
-        drop(PyErr::take(py));
-        return true;
-    }
-    // SAFETY: `dict` is a new reference to a dict, owned here; the item is borrowed and only
-    // compared with NULL.
-    let shadowed = unsafe {
-        let dict = Bound::from_owned_ptr(py, dict);
-        let item = ffi::PyDict_GetItemWithError(dict.as_ptr(), name.as_ptr());
-        // NULL without an exception is the usual answer (not in the dict): no `PyErr::take`
-        // (a fetch of the error state, about 70 instructions) unless there is one to clear.
-        if item.is_null() && !ffi::PyErr_Occurred().is_null() {
-            ffi::PyErr_Clear();
-        }
-        !item.is_null()
     };
-    !shadowed
+    let Ok(core) = loop_.cast::<LoopCore>() else {
+        return false;
+    };
+    LoopCore::is_bound_method(core, index, &found)
 }
 
-/// The descriptor for `def` (a `METH_FASTCALL | METH_KEYWORDS` method of `LoopCore`), to be
-/// installed on `cls` (a subclass of `LoopCore`): binding it to a loop returns the loop's cached
-/// bound method (see the module documentation). Made once per process.
-pub(crate) fn wrap<'py>(
-    def: &'static MethodDef,
+/// The descriptors for `defs` (methods of `LoopCore`, `METH_FASTCALL`, with or without
+/// `METH_KEYWORDS`), in order, to be installed on `cls` (a subclass of `LoopCore`) under their
+/// names: binding one to a loop returns the loop's cached bound method (see the module
+/// documentation). Made once per process.
+pub(crate) fn wrap_all<'py>(
+    defs: &[&'static MethodDef],
     cls: &Bound<'py, PyType>,
-) -> PyResult<Bound<'py, PyAny>> {
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let py = cls.py();
-    if REGISTERED.get(py).is_some() {
+    if REGISTRY.get(py).is_some() {
         return Err(pyo3::exceptions::PyRuntimeError::new_err(
             "cached_method: installed once only",
         ));
@@ -309,13 +365,56 @@ pub(crate) fn wrap<'py>(
             "cached_method: the class must be a LoopCore subclass",
         ));
     }
-    if def.0.ml_flags != ffi::METH_FASTCALL | ffi::METH_KEYWORDS {
+    if defs.len() > CACHED_METHODS {
         return Err(pyo3::exceptions::PyTypeError::new_err(
-            "cached_method: the method must be METH_FASTCALL | METH_KEYWORDS",
+            "cached_method: more methods than LoopCore caches",
         ));
     }
-    // SAFETY: with those flags, CPython reads the union as this member too.
-    let direct = unsafe { def.0.ml_meth.PyCFunctionFastWithKeywords };
+    let mut descrs = Vec::with_capacity(defs.len());
+    let mut methods = Vec::with_capacity(defs.len());
+    let mut call_soon = None;
+    for (index, def) in defs.iter().enumerate() {
+        let (descr, registered, name) = make_descr(cls, def, VECTORCALLS[index])?;
+        if name == "call_soon" {
+            call_soon = Some(index);
+        }
+        descrs.push(descr);
+        methods.push(registered);
+    }
+    let registry = Registry {
+        cls: cls.clone().unbind(),
+        methods,
+        call_soon,
+    };
+    if REGISTRY.set(py, registry).is_err() {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "cached_method: installed once only",
+        ));
+    }
+    Ok(descrs)
+}
+
+/// One descriptor (see [`wrap_all`]), what it serves, and the method's name.
+fn make_descr<'py>(
+    cls: &Bound<'py, PyType>,
+    def: &'static MethodDef,
+    vectorcall: ffi::vectorcallfunc,
+) -> PyResult<(Bound<'py, PyAny>, Registered, &'static str)> {
+    let py = cls.py();
+    // SAFETY: with these flags, CPython reads the union as this member too.
+    let direct = unsafe {
+        match def.0.ml_flags {
+            f if f == ffi::METH_FASTCALL | ffi::METH_KEYWORDS => {
+                Direct::Keywords(def.0.ml_meth.PyCFunctionFastWithKeywords)
+            }
+            ffi::METH_FASTCALL => Direct::Fast(def.0.ml_meth.PyCFunctionFast),
+            _ => {
+                return Err(pyo3::exceptions::PyTypeError::new_err(
+                    "cached_method: a method must be METH_FASTCALL (| METH_KEYWORDS)",
+                ))
+            }
+        }
+    };
     let core = py.get_type::<LoopCore>();
     // SAFETY: we hold the GIL; the type pointer is alive (held by `core`), and CPython only
     // reads the 'static method definition (the `*mut` is an artefact of the C signature).
@@ -374,13 +473,7 @@ pub(crate) fn wrap<'py>(
     let registered = Registered {
         descr: descr.clone().unbind(),
         inner: inner.unbind(),
-        cls: cls.clone().unbind(),
         direct,
     };
-    if REGISTERED.set(py, registered).is_err() {
-        return Err(pyo3::exceptions::PyRuntimeError::new_err(
-            "cached_method: installed once only",
-        ));
-    }
-    Ok(descr)
+    Ok((descr, registered, name))
 }

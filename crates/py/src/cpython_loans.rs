@@ -43,17 +43,21 @@
 //!   (exact `WeakSet`, a listed version). Fallback: the set left alone. 3.14 registers tasks in
 //!   a per-thread linked list: nothing to borrow.
 //! - `private_functions` (`private_fn.rs`): `_PyType_Lookup` (the MRO lookup through the type
-//!   cache, for `own_call_soon` on every task step and the TLS protocol's slots) and
+//!   cache, for the TLS protocol's slots), `_PyObject_GetMethod` (the interpreter's method load,
+//!   for `own_call_soon` on every task step: it reads the instance's attributes without making
+//!   its dict, which would cost the loop its specialised method loads on 3.12 and 3.13) and
 //!   `_PyBytes_Resize` (shrinking a fresh bytes object after `recv`), exported but private.
 //!   Looked up with `dlsym` instead of linked, so that a CPython without them still imports the
 //!   module. Check: the symbol is found. Fallback: the MRO walked through `__mro__` and each
-//!   class's `__dict__`; a copy of the bytes received.
-//! - `cached_call_soon` (`cached_method.rs`): `Loop.call_soon` is a type object with a
+//!   class's `__dict__`; `getattr` and a comparison with the loop's cached bound method; a copy
+//!   of the bytes received.
+//! - `cached_call_soon` (`cached_method.rs`): `Loop.call_soon` and the other hot methods
+//!   (`call_later`, `call_at`, `create_future`, `create_task`, `time`) are type objects with a
 //!   `tp_vectorcall`, which the specialising interpreter calls straight from its
-//!   `CALL_BUILTIN_CLASS` instruction (73 instructions per callback). Correct under any
-//!   interpreter (it only uses the public vectorcall protocol); only its speed is borrowed, so
-//!   there is nothing to check, and it is turned off only when the fallbacks are forced.
-//!   Fallback: a plain method descriptor.
+//!   `CALL_BUILTIN_CLASS` instruction (73 instructions per callback), and which bind once per
+//!   loop. Correct under any interpreter (it only uses the public vectorcall protocol); only its
+//!   speed is borrowed, so there is nothing to check, and it is turned off only when the
+//!   fallbacks are forced. Fallback: plain method descriptors.
 //!
 //! Not loans (public, if not limited, API compiled from the version's own headers by pyo3-ffi):
 //! the fields of `PyTypeObject`, `PyMethodDescrObject.d_method`, `PyGetSetDescrObject.d_getset`,
@@ -135,7 +139,7 @@ impl Loan {
             Self::HandleReuse => "no handle pool",
             Self::CurrentTasksDict => "_enter_task calls",
             Self::PrivateFunctions => "public lookups",
-            Self::CachedCallSoon => "plain call_soon",
+            Self::CachedCallSoon => "plain method descriptors",
         }
     }
 }

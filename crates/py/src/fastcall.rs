@@ -1,8 +1,8 @@
 //! Raw `METH_FASTCALL | METH_KEYWORDS` entry points for `call_soon`, `call_later` and `call_at`,
 //! the loop's hottest methods (every `Future` callback and `Task` step goes through `call_soon`,
 //! usually with `context=`; every sleep, timeout and `wait_for` through the timer methods), and
-//! `METH_NOARGS` ones for `get_debug`, which the C `Future.__init__` calls for every Future and
-//! Task, and `create_future`.
+//! `create_task`; `METH_NOARGS` ones for `get_debug`, which the C `Future.__init__` calls for
+//! every Future and Task, `create_future` and `time`.
 //!
 //! PyO3's generated wrapper costs about 320 instructions per call here (trampoline, generic
 //! argument extraction, the thread-local GIL counter); these entries handle the common shape
@@ -36,7 +36,7 @@ use pyo3::intern;
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyString, PyTuple, PyType};
 
 use crate::event_loop::LoopCore;
 use crate::handle::CallArgs;
@@ -75,6 +75,22 @@ impl MethodDef {
                 PyCFunctionFastWithKeywords: func,
             },
             ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            ml_doc: doc.as_ptr(),
+        })
+    }
+
+    /// A `METH_FASTCALL` definition: `func(self, args, nargs)`.
+    pub(crate) const fn fastcall(
+        name: &'static std::ffi::CStr,
+        func: ffi::PyCFunctionFast,
+        doc: &'static std::ffi::CStr,
+    ) -> Self {
+        Self(ffi::PyMethodDef {
+            ml_name: name.as_ptr(),
+            ml_meth: ffi::PyMethodDefPointer {
+                PyCFunctionFast: func,
+            },
+            ml_flags: ffi::METH_FASTCALL,
             ml_doc: doc.as_ptr(),
         })
     }
@@ -172,14 +188,17 @@ static CREATE_TASK: MethodDef = MethodDef::fastcall_keywords(
     c"create_task(coro, *, name=None, context=None, **kwargs)\n--\n\nSchedule a coroutine object as a Task.",
 );
 
-static CREATE_FUTURE: MethodDef = MethodDef(ffi::PyMethodDef {
-    ml_name: c"create_future".as_ptr(),
-    ml_meth: ffi::PyMethodDefPointer {
-        PyCFunction: create_future_fast,
-    },
-    ml_flags: ffi::METH_NOARGS,
-    ml_doc: c"create_future()\n--\n\nCreate a Future object attached to the loop.".as_ptr(),
-});
+static CREATE_FUTURE: MethodDef = MethodDef::fastcall(
+    c"create_future",
+    create_future_fast,
+    c"create_future()\n--\n\nCreate a Future object attached to the loop.",
+);
+
+static TIME: MethodDef = MethodDef::fastcall(
+    c"time",
+    time_fast,
+    c"time()\n--\n\nThe loop's clock: seconds, monotonic.",
+);
 
 static GET_DEBUG: MethodDef = MethodDef::meth_noargs(
     c"get_debug",
@@ -187,8 +206,18 @@ static GET_DEBUG: MethodDef = MethodDef::meth_noargs(
     c"get_debug()\n--\n\nWhether the loop is in debug mode.",
 );
 
-/// Puts the fast `call_soon`, `call_later`, `call_at`, `create_task`, `create_future` and
-/// `get_debug` on `cls` (a subclass of `LoopCore`).
+/// The hot methods, each bound once per loop and called directly (`cached_method.rs`).
+const CACHED: [(&str, &MethodDef); crate::cached_method::CACHED_METHODS] = [
+    ("call_soon", &CALL_SOON),
+    ("call_later", &CALL_LATER),
+    ("call_at", &CALL_AT),
+    ("create_future", &CREATE_FUTURE),
+    ("create_task", &CREATE_TASK),
+    ("time", &TIME),
+];
+
+/// Puts the fast `call_soon`, `call_later`, `call_at`, `create_future`, `create_task`, `time`
+/// and `get_debug` on `cls` (a subclass of `LoopCore`).
 #[pyfunction]
 pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
     let cls: &Bound<'_, PyType> = cls.cast()?;
@@ -197,22 +226,20 @@ pub fn _install_fast_methods(cls: &Bound<'_, PyAny>) -> PyResult<()> {
             "_install_fast_methods() takes a subclass of LoopCore",
         ));
     }
-    // `call_soon` binds once per loop and calls its function directly (`cached_method.rs`),
-    // unless the fallbacks are forced (`cpython_loans.rs`).
+    // The hot methods bind once per loop and call their functions directly
+    // (`cached_method.rs`), unless the fallbacks are forced (`cpython_loans.rs`).
     if crate::cached_method::enabled() {
-        cls.setattr("call_soon", crate::cached_method::wrap(&CALL_SOON, cls)?)?;
+        let defs = CACHED.map(|(_, def)| def);
+        let descrs = crate::cached_method::wrap_all(&defs, cls)?;
+        for ((name, _), descr) in CACHED.iter().zip(descrs) {
+            cls.setattr(*name, descr)?;
+        }
     } else {
-        cls.setattr("call_soon", method_descriptor(cls, &CALL_SOON)?)?;
+        for (name, def) in CACHED {
+            cls.setattr(name, method_descriptor(cls, def)?)?;
+        }
     }
-    for (name, def) in [
-        ("call_later", &CALL_LATER),
-        ("call_at", &CALL_AT),
-        ("create_task", &CREATE_TASK),
-        ("create_future", &CREATE_FUTURE),
-        ("get_debug", &GET_DEBUG),
-    ] {
-        cls.setattr(name, method_descriptor(cls, def)?)?;
-    }
+    cls.setattr("get_debug", method_descriptor(cls, &GET_DEBUG)?)?;
     Ok(())
 }
 
@@ -324,11 +351,49 @@ noargs_entry!(
     |core| Ok(PyBool::new(core.py(), core.get().debug()).to_owned().into_ptr())
 );
 
-noargs_entry!(
+/// A `METH_FASTCALL` entry point of a `LoopCore` method that takes no arguments: `$body` sees
+/// the loop as `$obj`. `METH_FASTCALL` rather than `METH_NOARGS`, so that CPython specialises a
+/// call of the bound method (`cached_method.rs`); any argument is refused with `METH_NOARGS`'s
+/// message (CPython itself refuses keywords to a `METH_FASTCALL` function).
+macro_rules! nullary_entry {
+    ($(#[$attr:meta])* $func:ident, $name:literal, |$obj:ident| $body:expr) => {
+        $(#[$attr])*
+        unsafe extern "C" fn $func(
+            slf: *mut ffi::PyObject,
+            _args: *mut *mut ffi::PyObject,
+            nargs: ffi::Py_ssize_t,
+        ) -> *mut ffi::PyObject {
+            // SAFETY: CPython calls METH_FASTCALL functions on a thread that holds the GIL.
+            let py = unsafe { Python::assume_attached() };
+            entry(py, || {
+                if nargs != 0 {
+                    return Err(PyTypeError::new_err(format!(
+                        "{}() takes no arguments ({nargs} given)",
+                        $name
+                    )));
+                }
+                // SAFETY: CPython's method descriptor (or `cached_method.rs`'s exact type check)
+                // made sure `slf` is a `LoopCore` instance, borrowed for the call.
+                let $obj = unsafe { Bound::ref_from_ptr(py, &slf).cast_unchecked::<LoopCore>() };
+                $body
+            })
+        }
+    };
+}
+
+nullary_entry!(
+    /// `time()`: the `LoopCore.time` pymethod without PyO3's wrapper (every `call_later`
+    /// written in Python as `loop.call_at(loop.time() + delay, ...)`, every timeout's deadline).
+    time_fast,
+    "time",
+    |core| Ok(PyFloat::new(core.py(), LoopCore::time(core.get())).into_ptr())
+);
+
+nullary_entry!(
     /// `create_future()`: the `LoopCore.create_future` pymethod without PyO3's wrapper (every
     /// awaited `sock_*` operation, transport waiter and user future goes through it).
     create_future_fast,
-    LoopCore,
+    "create_future",
     |core| Ok(LoopCore::create_future(core)?.into_ptr())
 );
 

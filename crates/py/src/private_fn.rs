@@ -21,10 +21,16 @@ use crate::cpython_loans::{self, Loan};
 type TypeLookup =
     unsafe extern "C" fn(*mut ffi::PyTypeObject, *mut ffi::PyObject) -> *mut ffi::PyObject;
 type BytesResize = unsafe extern "C" fn(*mut *mut ffi::PyObject, ffi::Py_ssize_t) -> i32;
+type GetMethod = unsafe extern "C" fn(
+    *mut ffi::PyObject,
+    *mut ffi::PyObject,
+    *mut *mut ffi::PyObject,
+) -> std::ffi::c_int;
 
 struct Fns {
     type_lookup: Option<TypeLookup>,
     bytes_resize: Option<BytesResize>,
+    get_method: Option<GetMethod>,
 }
 
 static FNS: OnceLock<Fns> = OnceLock::new();
@@ -38,10 +44,11 @@ fn symbol(name: &std::ffi::CStr) -> Option<std::ptr::NonNull<std::ffi::c_void>> 
 
 /// Looks the functions up and decides the loan. Called once, at module initialisation.
 pub(crate) fn install(py: Python<'_>) {
-    let mut found = (None, None);
+    let mut found = (None, None, None);
     let used = cpython_loans::take(py, Loan::PrivateFunctions, || {
         let lookup = symbol(c"_PyType_Lookup");
         let resize = symbol(c"_PyBytes_Resize");
+        let get_method = symbol(c"_PyObject_GetMethod");
         // SAFETY: each symbol is CPython's function of that name, whose C signature is the type
         // it is cast to (see the invariants).
         found = unsafe {
@@ -50,19 +57,53 @@ pub(crate) fn install(py: Python<'_>) {
                     .map(|p| std::mem::transmute::<*mut std::ffi::c_void, TypeLookup>(p.as_ptr())),
                 resize
                     .map(|p| std::mem::transmute::<*mut std::ffi::c_void, BytesResize>(p.as_ptr())),
+                get_method
+                    .map(|p| std::mem::transmute::<*mut std::ffi::c_void, GetMethod>(p.as_ptr())),
             )
         };
         match found {
-            (Some(_), Some(_)) => Ok(()),
-            (None, _) => Err("_PyType_Lookup not exported".to_owned()),
-            (_, None) => Err("_PyBytes_Resize not exported".to_owned()),
+            (Some(_), Some(_), Some(_)) => Ok(()),
+            (None, _, _) => Err("_PyType_Lookup not exported".to_owned()),
+            (_, None, _) => Err("_PyBytes_Resize not exported".to_owned()),
+            (_, _, None) => Err("_PyObject_GetMethod not exported".to_owned()),
         }
     });
-    let (type_lookup, bytes_resize) = if used { found } else { (None, None) };
+    let (type_lookup, bytes_resize, get_method) = if used { found } else { (None, None, None) };
     let _ = FNS.set(Fns {
         type_lookup,
         bytes_resize,
+        get_method,
     });
+}
+
+/// What `obj.name` is as the interpreter's method load sees it (`_PyObject_GetMethod`):
+/// `Some(true)` if it is `descr` itself, found on the type and not shadowed by the instance
+/// (which the instance's dict is read for without being made, so that a loop whose attributes
+/// are all slots keeps the specialised method loads of CPython 3.12 and 3.13), `Some(false)` if
+/// anything else; `None` without the private function (the caller then asks the public API).
+///
+/// # Safety
+/// The GIL is held; `obj`, `name` (a `str`) and `descr` are live.
+pub(crate) unsafe fn loads_as_method(
+    obj: *mut ffi::PyObject,
+    name: *mut ffi::PyObject,
+    descr: *mut ffi::PyObject,
+) -> Option<bool> {
+    let get_method = FNS.get().and_then(|f| f.get_method)?;
+    let mut method = std::ptr::null_mut();
+    // SAFETY: the caller's contract is the function's; `method` starts NULL, as it requires. It
+    // returns 1 with the unbound descriptor, or 0 with the attribute or NULL and an exception
+    // set; either result is a new reference, released here.
+    unsafe {
+        let unbound = get_method(obj, name, &raw mut method) == 1;
+        let own = unbound && method == descr;
+        if method.is_null() {
+            ffi::PyErr_Clear();
+        } else {
+            ffi::Py_DECREF(method);
+        }
+        Some(own)
+    }
 }
 
 /// `_PyType_Lookup(tp, name)`: the attribute `name` of the type `tp` as found along its MRO,

@@ -39,6 +39,7 @@ use native_work::{FutureTable, NativeWork};
 pub(crate) use state::DeferredFlush;
 use state::State;
 
+use crate::cached_method::CACHED_METHODS;
 use crate::cell::LoopCell;
 use crate::handle::{CallArgs, Handle, Ready, TimerHandle, NOT_SCHEDULED};
 use crate::sock_ops::{Kind, SocketOperation};
@@ -199,10 +200,11 @@ pub struct LoopCore {
     /// `FERROLOOP_NATIVE_TASKS=0` was set when the loop was created; asyncio's Task in debug
     /// mode.
     native_tasks: bool,
-    /// This loop's bound `call_soon`, handed out by the `call_soon` descriptor
-    /// (`cached_method.rs`) to the C `Task`/`Future` lookups instead of a new method object each
-    /// time. Visited and cleared by the GC hooks, dropped by `close()`.
-    bound_call_soon: LoopCell<Option<Py<PyAny>>>,
+    /// This loop's bound hot methods (`call_soon`, ...), each handed out by its descriptor
+    /// (`cached_method.rs`, by index) to every attribute fetch (the C `Task`/`Future` lookups of
+    /// `call_soon`, `getattr`, `functools.partial`) instead of a new method object each time.
+    /// Visited and cleared by the GC hooks, dropped by `close()`.
+    bound_methods: LoopCell<[Option<Py<PyAny>>; CACHED_METHODS]>,
 }
 
 fn closed_error() -> PyErr {
@@ -269,22 +271,44 @@ impl LoopCore {
         Self::cached_kwargs(slf, &slf.get().future_kwargs, false)
     }
 
-    /// The loop's bound `call_soon`, made by `bind` on first use; a closed loop gets a fresh one
-    /// each time, so nothing is kept after `close()`.
-    pub(crate) fn bound_call_soon(
+    /// The loop's bound method number `index` (`cached_method.rs`), made by `bind` on first use;
+    /// a closed loop gets a fresh one each time, so nothing is kept after `close()`.
+    pub(crate) fn bound_method(
         slf: &Bound<'_, Self>,
+        index: usize,
         bind: impl FnOnce() -> PyResult<Py<PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let this = slf.get();
-        if let Some(bound) = this.bound_call_soon.borrow(py)?.as_ref() {
+        if let Some(bound) = this
+            .bound_methods
+            .borrow(py)?
+            .get(index)
+            .and_then(Option::as_ref)
+        {
             return Ok(bound.clone_ref(py));
         }
         let bound = bind()?;
         if !this.flags.closed() {
-            *this.bound_call_soon.borrow(py)? = Some(bound.clone_ref(py));
+            if let Some(cached) = this.bound_methods.borrow(py)?.get_mut(index) {
+                *cached = Some(bound.clone_ref(py));
+            }
         }
         Ok(bound)
+    }
+
+    /// Whether `obj` is the bound method number `index` this loop hands out (`bound_method`).
+    pub(crate) fn is_bound_method(
+        slf: &Bound<'_, Self>,
+        index: usize,
+        obj: &Bound<'_, PyAny>,
+    ) -> bool {
+        let cached = slf.get().bound_methods.borrow(slf.py());
+        cached.is_ok_and(|c| {
+            c.get(index)
+                .and_then(Option::as_ref)
+                .is_some_and(|b| b.is(obj))
+        })
     }
 
     /// `context_kwargs`, built on first use (`"name"` and `"context"` are `None` between calls;
@@ -831,12 +855,12 @@ impl LoopCore {
             context_kwargs: LoopCell::new(None),
             task_factory: LoopCell::new(None),
             native_tasks: std::env::var_os("FERROLOOP_NATIVE_TASKS").is_none_or(|v| v != "0"),
-            bound_call_soon: LoopCell::new(None),
+            bound_methods: LoopCell::new(Default::default()),
         })
     }
 
     #[allow(clippy::unused_self, reason = "a Python method receives the loop")]
-    fn time(&self) -> f64 {
+    pub(crate) fn time(&self) -> f64 {
         clock::monotonic()
     }
 
@@ -1269,7 +1293,7 @@ impl LoopCore {
         let _ = self.shared.poller.delete(self.shared.injector.as_raw_fd());
         self.shared.injector.close();
         self.shared.poller.close();
-        let bound = self.bound_call_soon.borrow(py)?.take();
+        let bound = std::mem::take(&mut *self.bound_methods.borrow(py)?);
         drop(bound);
         Ok(())
     }
@@ -1360,8 +1384,10 @@ impl LoopCore {
         if let Some(factory) = self.task_factory.try_borrow_for_gc() {
             visit.call(&*factory)?;
         }
-        if let Some(bound) = self.bound_call_soon.try_borrow_for_gc() {
-            visit.call(&*bound)?;
+        if let Some(bound) = self.bound_methods.try_borrow_for_gc() {
+            for method in bound.iter().flatten() {
+                visit.call(method)?;
+            }
         }
         // Handles queued by other threads but not drained yet belong to the loop too.
         let mut result = Ok(());
@@ -1414,9 +1440,9 @@ impl LoopCore {
             .and_then(|mut f| f.take());
         drop(factory);
         let bound = self
-            .bound_call_soon
+            .bound_methods
             .try_borrow_for_gc()
-            .and_then(|mut b| b.take());
+            .map(|mut b| std::mem::take(&mut *b));
         drop(bound);
     }
 }
