@@ -412,3 +412,23 @@ fn the_lingering_deadline_starts_when_the_write_side_is_shut() {
     assert!(conn.abort());
     assert_eq!(conn.phase(), Phase::Closed);
 }
+
+#[test]
+fn after_the_clients_end_only_buffered_requests_keep_the_connection() {
+    for (input, reuse) in [
+        (&b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..], Reuse::Close),
+        (
+            &b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+            Reuse::KeepAlive { pipelined: true },
+        ),
+    ] {
+        let mut conn: Http1Conn<()> = Http1Conn::new(Settings::default(), input.to_vec(), 0.0);
+        assert_eq!(conn.next_head(|| 0.0), HeadEvent::Head);
+        let _ = conn.begin(false, false, ());
+        conn.consume_head();
+        // The client half-closes while the app is still answering.
+        conn.receive_eof();
+        let (_, got) = conn.complete(true, 1.0).unwrap();
+        assert_eq!(got, reuse);
+    }
+}
