@@ -403,9 +403,35 @@ impl<T> Http1Conn<T> {
         if let Some(e) = &self.exchange {
             return e.info.is_head;
         }
-        let input = self.input();
+        let input = self.judged_input();
         let start = input.iter().position(|&b| b != b'\r' && b != b'\n');
         start.is_some_and(|at| input[at..].starts_with(b"HEAD "))
+    }
+
+    /// The input an unstarted request is judged by: if the head parser refuses it, only up to
+    /// the earliest prefix it refuses (so the answer does not depend on how many bytes behind
+    /// that point had arrived); else all of it. Runs only on the way to an error answer.
+    fn judged_input(&self) -> &[u8] {
+        let input = self.input();
+        let refuses = |len: usize| {
+            let mut scratch = input[..len].to_vec();
+            parse_head(&mut scratch, &self.settings.limits, &mut Head::default()).is_err()
+        };
+        if !refuses(input.len()) {
+            return input;
+        }
+        // The parser refuses every prefix from the earliest it refuses on (its invariant), and
+        // not the empty one: a binary search finds the earliest.
+        let (mut accepted, mut refused) = (0, input.len());
+        while refused - accepted > 1 {
+            let mid = accepted + (refused - accepted) / 2;
+            if refuses(mid) {
+                refused = mid;
+            } else {
+                accepted = mid;
+            }
+        }
+        &input[..refused]
     }
 
     /// Refuses the request with `e`: returns the answer to write, drops the input, and closes

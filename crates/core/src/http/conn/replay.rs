@@ -11,7 +11,7 @@
 use std::fmt::Write as _;
 
 use super::{BodyEvent, HeadEvent, Http1Conn, Phase, Reuse, Settings, CONTINUE, READ_CHUNK};
-use crate::http::{encode_head, ServerFields};
+use crate::http::{encode_head, HttpError, ServerFields};
 
 /// How one conversation is played.
 #[derive(Debug, Clone, Copy)]
@@ -86,13 +86,7 @@ fn step(conn: &mut Http1Conn<Vec<u8>>, t: &mut Transcript) {
                     conn.shut(0.0);
                     return;
                 }
-                HeadEvent::Invalid(e) => {
-                    t.events.push(format!("invalid {}", e.status));
-                    let answer = conn.reject(&e, &FIELDS);
-                    t.output.extend_from_slice(&answer);
-                    conn.shut(0.0);
-                    return;
-                }
+                HeadEvent::Invalid(e) => return reject(conn, t, "invalid", &e),
                 HeadEvent::Head => {
                     let head = conn.head();
                     let target = String::from_utf8_lossy(&conn.input()[head.target.clone()]);
@@ -128,13 +122,7 @@ fn step(conn: &mut Http1Conn<Vec<u8>>, t: &mut Transcript) {
                         conn.abort();
                         return;
                     }
-                    BodyEvent::Invalid(e) => {
-                        t.events.push(format!("invalid body {}", e.status));
-                        let answer = conn.reject(&e, &FIELDS);
-                        t.output.extend_from_slice(&answer);
-                        conn.shut(0.0);
-                        return;
-                    }
+                    BodyEvent::Invalid(e) => return reject(conn, t, "invalid body", &e),
                     BodyEvent::Data { body, more } => {
                         let app = &mut conn.exchange_mut().expect("busy").app;
                         app.extend_from_slice(&body);
@@ -147,6 +135,14 @@ fn step(conn: &mut Http1Conn<Vec<u8>>, t: &mut Transcript) {
             Phase::Closing | Phase::Lingering | Phase::Closed => return,
         }
     }
+}
+
+/// The answer to an invalid request, written before the connection closes.
+fn reject(conn: &mut Http1Conn<Vec<u8>>, t: &mut Transcript, what: &str, e: &HttpError) {
+    t.events.push(format!("{what} {}", e.status));
+    let answer = conn.reject(e, &FIELDS);
+    t.output.extend_from_slice(&answer);
+    conn.shut(0.0);
 }
 
 /// The app's answer once the whole body is read: `200`, `got N bytes`.

@@ -149,6 +149,12 @@ const CASES: &[Case] = &[
         Phase::Lingering,
     ),
     case(
+        "a lone CR before HEAD is judged where the parser refuses it",
+        b"\rHEAD / HTTP/1.1\r\nHost: a\r\n\r\n",
+        &["invalid 400"],
+        Phase::Lingering,
+    ),
+    case(
         "invalid chunk size",
         b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
         &["head POST / Chunked", "invalid body 400"],
@@ -301,12 +307,23 @@ fn responses_are_framed_for_the_request() {
 }
 
 #[test]
-fn invalid_head_request_is_answered_without_a_body() {
+fn an_invalid_head_request_is_answered_without_a_body_however_it_arrives() {
     let c = &CASES[0];
-    let t = play(c, b"HEAD / HTTP/1.1\r\nHost: a\r\nBad Header\r\n\r\n", 64);
-    let text = String::from_utf8(t.output).unwrap();
-    assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text}");
-    assert!(text.ends_with("\r\n\r\n"), "{text}");
+    for piece in [1, 3, 64] {
+        let t = play(
+            c,
+            b"HEAD / HTTP/1.1\r\nHost: a\r\nBad Header\r\n\r\n",
+            piece,
+        );
+        let text = String::from_utf8(t.output).unwrap();
+        assert!(text.ends_with("connection: close\r\n\r\n"), "{text}");
+        let t = play(c, b"\rHEAD / HTTP/1.1\r\n\r\n", piece);
+        let text = String::from_utf8(t.output).unwrap();
+        assert!(
+            text.ends_with("head"),
+            "a body for a request that is not HEAD: {text}"
+        );
+    }
 }
 
 #[test]
