@@ -413,25 +413,25 @@ impl<T> Http1Conn<T> {
     /// that point had arrived); else all of it. Runs only on the way to an error answer.
     fn judged_input(&self) -> &[u8] {
         let input = self.input();
-        let refuses = |len: usize| {
+        let parser_refuses = |len: usize| {
             let mut scratch = input[..len].to_vec();
             parse_head(&mut scratch, &self.settings.limits, &mut Head::default()).is_err()
         };
-        if !refuses(input.len()) {
+        if !parser_refuses(input.len()) {
             return input;
         }
         // The parser refuses every prefix from the earliest it refuses on (its invariant), and
         // not the empty one: a binary search finds the earliest.
-        let (mut accepted, mut refused) = (0, input.len());
-        while refused - accepted > 1 {
-            let mid = accepted + (refused - accepted) / 2;
-            if refuses(mid) {
-                refused = mid;
+        let (mut good, mut bad) = (0, input.len());
+        while bad - good > 1 {
+            let mid = good + (bad - good) / 2;
+            if parser_refuses(mid) {
+                bad = mid;
             } else {
-                accepted = mid;
+                good = mid;
             }
         }
-        &input[..refused]
+        &input[..bad]
     }
 
     /// Refuses the request with `e`: returns the answer to write, drops the input, and closes
