@@ -138,7 +138,7 @@ bench-instructions: build ## Instructions per request of the server under callgr
 	$(PY) benchmarks/http/instructions.py --app ping_fastapi:app --path /ping --requests 1000,4000
 
 fuzz: ## Run each cargo-fuzz target for FUZZ_SECONDS (default 60); needs nightly and cargo-fuzz
-	cd fuzz && for t in parse_head chunked_body ws_frames; do \
+	cd fuzz && for t in parse_head chunked_body ws_frames conversation; do \
 		dict=; if [ -f dicts/$$t.dict ]; then dict=-dict=dicts/$$t.dict; fi; \
 		cargo +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) $$dict || exit 1; done
 

@@ -8,8 +8,9 @@
 //! the Python objects on top.
 //!
 //! The [`http`] module is the server's HTTP/1.1 codec, sans-IO (bytes in, parsed heads and body
-//! runs out, response bytes to send): the native connection layer drives it, and it can be tested
-//! and fuzzed without sockets or Python. The [`ws`] module is the WebSocket (RFC 6455) codec for
+//! runs out, response bytes to send) and the server connection over it (`http::conn`, a state
+//! machine with a printable transition table): the native server drives them, and they can be
+//! tested and fuzzed without sockets or Python. The [`ws`] module is the WebSocket (RFC 6455) codec for
 //! the connections the server upgrades, sans-IO in the same way: client bytes in, messages and
 //! control frames out, frame headers to send.
 //!

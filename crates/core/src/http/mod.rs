@@ -1,8 +1,8 @@
 //! The HTTP/1.1 codec, sans-IO: bytes in, parsed heads and body runs out, bytes to send back.
 //!
 //! Nothing here touches a socket, a clock (except [`DateCache`], which reads the wall clock on
-//! request) or Python. The connection layer owns the read buffer and the write buffer and drives
-//! these pieces:
+//! request) or Python. [`conn::Http1Conn`] owns the read buffer and drives these pieces; the
+//! driver (the native module's server) owns the socket and the write buffer:
 //!
 //! * [`parse_head`] turns the bytes at the front of the read buffer into a [`Head`] of ranges into
 //!   that buffer (names lowercased in place), deciding the request's [`BodyKind`] by RFC 9112 §6.
@@ -11,6 +11,8 @@
 //! * [`encode_head`] writes the response head and decides the response [`Framing`]; the body
 //!   helpers ([`encode_chunk`], [`encode_last_chunk`]) write the chunked framing.
 //! * [`error_response`] is the complete response sent before closing on an [`HttpError`].
+//! * [`conn::Http1Conn`] is the server connection over these pieces: the read buffer, the
+//!   phase and its transition table, pipelining, `Expect: 100-continue` and keep-alive.
 //!
 //! Invariants for the whole module:
 //! * A parser error is final for the connection: the caller sends `error_response(err.status, ..)`
@@ -23,6 +25,7 @@
 
 pub mod body;
 pub mod cgi;
+pub mod conn;
 pub mod date;
 pub mod request;
 pub mod response;

@@ -27,8 +27,11 @@
 
 use pyo3::prelude::*;
 
-use super::conn::{read_available, start_closing, Conn, ConnState, Effects, Phase};
+use super::conn::{Conn, ConnState, Phase};
+use super::effects::Effects;
 use super::handoff::Handoff;
+use super::input::read_available;
+use super::output::start_closing;
 
 // How long an idle connection is kept open in a graceful shutdown, counted from when it became
 // idle, for a request the client may already be sending, and how long a connection closed by
@@ -48,7 +51,7 @@ impl Conn {
         let now = ferroloop_core::clock::monotonic();
         let quiet = {
             let mut st = this.state.borrow(py)?;
-            if st.phase == Phase::Busy && st.ws().is_some() {
+            if st.phase() == Phase::Busy && st.ws().is_some() {
                 let mut fx = Effects::default();
                 Self::ws_shutdown(py, &mut st, &mut fx)?;
                 drop(st);
@@ -56,7 +59,7 @@ impl Conn {
             }
             // A handed-over connection goes back to the front instead (`hand_back`), unless it
             // is pinned here.
-            if st.phase != Phase::Idle || st.handoff.as_ref().is_some_and(|h| !h.pinned()) {
+            if st.phase() != Phase::Idle || st.handoff.as_ref().is_some_and(|h| !h.pinned()) {
                 return Ok(());
             }
             Self::drain_due(&st, now)
@@ -72,10 +75,10 @@ impl Conn {
     /// An idle connection has been quiet long enough to be closed by the drain (nothing
     /// buffered, idle for `DRAIN_QUIET`).
     pub(super) fn drain_due(st: &ConnState, now: f64) -> bool {
-        st.phase == Phase::Idle
+        st.phase() == Phase::Idle
             && st.handoff.as_ref().is_none_or(Handoff::pinned)
-            && st.rpos == st.rbuf.len()
-            && now >= st.idle_since + DRAIN_QUIET
+            && !st.http.has_input()
+            && now >= st.http.idle_since() + DRAIN_QUIET
     }
 
     /// An idle connection in the drain: reads what the socket has; a request (or the client's
@@ -87,14 +90,13 @@ impl Conn {
         let mut fx = Effects::default();
         {
             let mut st = this.state.borrow(py)?;
-            if st.phase != Phase::Idle {
+            if st.phase() != Phase::Idle {
                 return Ok(());
             }
-            if st.reading {
-                let failed = read_available(this.fd, &mut st);
-                st.eof |= failed;
+            if st.reading && read_available(this.fd, &mut st) {
+                st.http.receive_eof();
             }
-            let arrived = st.rpos < st.rbuf.len() || st.eof;
+            let arrived = st.http.has_input() || st.http.eof();
             if arrived {
                 drop(st);
                 return Self::advance(slf);
@@ -107,11 +109,11 @@ impl Conn {
                 fx.close = true;
             } else {
                 // Under TLS the close_notify goes out before the FIN.
-                st.phase = Phase::Closing;
-                let fd = st.fd;
-                start_closing(&mut st, &mut fx, fd);
-                if st.phase == Phase::Lingering {
-                    st.deadline = st.deadline.min(now + DRAIN_LINGER);
+                let _closing = st.http.close();
+                start_closing(&mut st, &mut fx);
+                if st.phase() == Phase::Lingering {
+                    let deadline = st.http.deadline().min(now + DRAIN_LINGER);
+                    st.http.set_deadline(deadline);
                 }
             }
         }

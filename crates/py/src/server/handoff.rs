@@ -32,7 +32,8 @@ use ferroloop_core::http::BodyKind;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyTuple};
 
-use super::conn::{Conn, ConnState, Effects, Phase};
+use super::conn::{Conn, ConnState, Phase};
+use super::effects::Effects;
 use super::{peer_to_py, HttpServer};
 use crate::event_loop::LoopCore;
 
@@ -44,6 +45,8 @@ pub(crate) struct Handoff {
     /// The front is draining: the response says `Connection: close`.
     pub(super) close_after: bool,
     pub(super) fate: Fate,
+    /// Its current request is bulk work this worker counts (`HttpServer::bulk_changed`).
+    pub(super) bulk: bool,
 }
 
 /// Where a handed-over connection goes once idle.
@@ -147,6 +150,7 @@ impl HttpServer {
             listener: msg.listener,
             peer: msg.peer,
             close_after: msg.detail & CLOSE_AFTER != 0,
+            bulk: false,
             fate: if slf.get().pins() {
                 Fate::Pinned
             } else {
@@ -225,7 +229,7 @@ impl HttpServer {
         for conn in conns {
             let idle = {
                 let mut st = conn.get().state.borrow(py)?;
-                let idle = st.phase == Phase::Idle;
+                let idle = st.phase() == Phase::Idle;
                 match st.handoff.as_mut() {
                     Some(h) if idle && !h.pinned() => {
                         h.fate = Fate::GoesBack;
@@ -356,7 +360,7 @@ impl HttpServer {
 
 impl Conn {
     /// A request head was parsed on a handed-over connection: bulk work (`bulk_body`) is
-    /// counted here (`st.bulk`, `fx.bulk`), or, on a fast-lane worker and a connection it kept,
+    /// counted here (`Handoff::bulk`, `fx.bulk`), or, on a fast-lane worker and a connection it kept,
     /// goes back to the front unread. Returns whether the connection goes back.
     pub(super) fn bulk_step(
         server: &HttpServer,
@@ -364,12 +368,12 @@ impl Conn {
         fx: &mut Effects,
         upgrade: bool,
     ) -> bool {
-        let bulk = match st.head.body {
+        let bulk = match st.http.head().body {
             BodyKind::Chunked => true,
             BodyKind::Length(n) => n > server.opts().bulk_body,
             BodyKind::Empty => false,
         };
-        let kept = st.seq > 0;
+        let kept = st.http.seq() > 0;
         let Some(h) = st.handoff.as_mut().filter(|_| bulk && !upgrade) else {
             return false;
         };
@@ -378,7 +382,7 @@ impl Conn {
             fx.hand_back = true;
             return true;
         }
-        st.bulk = true;
+        h.bulk = true;
         fx.bulk = Some(true);
         false
     }
@@ -389,13 +393,12 @@ impl Conn {
         let this = slf.get();
         let (msg, reading, writing) = {
             let mut st = this.state.borrow(py)?;
-            if st.phase != Phase::Idle || !st.handoff.as_ref().is_some_and(Handoff::goes_back) {
+            if st.phase() != Phase::Idle || !st.handoff.as_ref().is_some_and(Handoff::goes_back) {
                 return Ok(());
             }
             if !st.corked && !st.out_empty() {
                 let mut fx = Effects::default();
-                let fd = st.fd;
-                super::conn::flush_now(&mut st, &mut fx, fd);
+                super::output::flush_now(&mut st, &mut fx);
                 if !st.out_empty() || fx.close {
                     // The write path asks again once the queue is empty (`after_write`).
                     drop(st);
@@ -406,17 +409,15 @@ impl Conn {
                 // Held back until the ready batch ends: `flush_deferred` asks again.
                 return Ok(());
             }
+            let Some(data) = st.http.hand_back() else {
+                return Ok(());
+            };
             let h = st.handoff.take().expect("checked above");
-            st.phase = Phase::Closed;
             let detail = if h.fate == Fate::GoesBackBulk {
                 RETURN_BULK
             } else {
                 0
             };
-            let rpos = st.rpos;
-            let data = st.rbuf.split_off(rpos);
-            st.rbuf = Vec::new();
-            st.rpos = 0;
             // SAFETY: the fd is ours and leaves this connection here: `Closed` keeps every
             // other path away from it, and the poller lets go of it below, before the
             // message carrying it is sent (by `send_to_front`, after this block).

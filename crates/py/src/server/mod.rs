@@ -4,8 +4,8 @@
 //! table with a native callback, so readiness goes poller → Rust without a Python frame.
 //!
 //! Layers (kept apart so a later front process can reuse them):
-//! - `ferroloop_core::http`: the sans-IO codec (heads, bodies, response framing).
-//! - `conn.rs`: one connection's state machine over that codec and its socket.
+//! - `ferroloop_core::http`: the sans-IO codec and HTTP/1.1 connection (`http::conn`).
+//! - `conn.rs` (+ `input.rs`, `output.rs`, `effects.rs`, `app.rs`): one connection's driver.
 //! - `cycle.rs` + `scope.rs`: the ASGI side (scope, messages, the app task).
 //!
 //! Ownership and invariants:
@@ -17,11 +17,15 @@
 //!   and a closed connection never touches its (possibly reused) fd number again.
 //! - `conns` holds exactly the open connections; `tasks` exactly the app tasks not yet done.
 
+mod app;
 mod conn;
 mod cycle;
 mod drain;
+mod effects;
 mod front;
 mod handoff;
+mod input;
+mod output;
 pub use front::{run_front, FrontBoard};
 mod receive;
 mod respond;

@@ -6,6 +6,7 @@
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use ferroloop_core::clock;
+use ferroloop_core::http::conn::{ResponseError, Reuse};
 use ferroloop_core::http::{
     check_response, encode_chunk, encode_head, encode_last_chunk, write_chunk_size, Framing,
     RequestInfo, Version,
@@ -17,10 +18,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use super::conn::{
-    flush_now, hold_back, ready_none, start_closing, Conn, ConnState, Effects, Phase, Request,
-    Response, COPY_MAX, CORK_MAX, SMALL_BODY_COPY, WRITE_HIGH,
+    ready_none, Conn, ConnState, Phase, Req, COPY_MAX, CORK_MAX, SMALL_BODY_COPY, WRITE_HIGH,
 };
+use super::effects::Effects;
 use super::handoff::Fate;
+use super::output::{flush_now, hold_back, start_closing};
 use super::scope;
 use super::HttpServer;
 use crate::event_loop::LoopCore;
@@ -67,7 +69,7 @@ impl Conn {
             "http.response.trailers" => {
                 let more = flag(message, intern!(py, "more_trailers"))?;
                 let headers = message.get_item(intern!(py, "headers"))?;
-                Self::send_trailers(py, fd, server, st, fx, headers.as_ref(), more)?;
+                Self::send_trailers(py, server, st, fx, headers.as_ref(), more)?;
                 Ok(false)
             }
             other => Err(PyRuntimeError::new_err(format!(
@@ -98,17 +100,16 @@ impl Conn {
         let mut fx = Effects::default();
         let wait = {
             let mut st = this.state.borrow(py)?;
-            if st.phase == Phase::Closed {
+            if st.phase() == Phase::Closed {
                 // The client is gone: drop the message, as uvicorn does.
                 return ready_none(py);
             }
-            let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
-            if !current {
+            if st.http.current(seq).is_none() {
                 return Err(PyRuntimeError::new_err(format!(
                     "Unexpected ASGI message '{typ}' sent, after response already completed."
                 )));
             }
-            if st.phase != Phase::Busy {
+            if st.phase() != Phase::Busy {
                 // The request was rejected mid-body (bad framing, body limit) and answered.
                 return ready_none(py);
             }
@@ -133,15 +134,15 @@ impl Conn {
             let fut = LoopCore::create_future(server.loop_core().bind(py))?;
             let mut st = this.state.borrow(py)?;
             let over = st.out_pending() > WRITE_HIGH;
-            match st.req.as_mut() {
+            match st.http.current_mut(seq) {
                 // A send made while another still waits (two tasks of an ASGI app, or a WSGI
                 // app's blocks in flight) waits for the same drain: replacing the Future would
                 // leave the first waiter unresolved for good.
-                Some(req) if req.seq == seq && over => {
-                    if let Some(pending) = &req.drain_waiter {
+                Some(req) if over => {
+                    if let Some(pending) = &req.app.drain_waiter {
                         Some(pending.clone_ref(py))
                     } else {
-                        req.drain_waiter = Some(fut.clone_ref(py));
+                        req.app.drain_waiter = Some(fut.clone_ref(py));
                         Some(fut)
                     }
                 }
@@ -209,7 +210,7 @@ impl Conn {
         }
         let last = !more;
         if last {
-            let req = st.req.as_mut().expect("current");
+            let req = st.req_mut().expect("current");
             req.resp.body_done = true;
         }
         if last && !trailers && framing.chunked {
@@ -244,23 +245,22 @@ impl Conn {
             if !after.is_empty() {
                 st.out.push(after);
                 if n == extra.len() {
-                    flush_now(st, fx, fd);
+                    flush_now(st, fx);
                 }
             }
-            if !st.out_empty() && !st.writing {
-                st.writing = true;
-                fx.writing = Some(true);
+            if !st.out_empty() {
+                st.set_writing(fx, true);
             }
         }
         if last {
             // What was sent goes out, but a short response is never complete: the app's error
             // ends its task, the connection is closed, and the client sees the truncation.
             fx.error = st
-                .req
-                .as_ref()
+                .req()
                 .expect("current")
                 .resp
-                .short_of_declared(framing);
+                .short_of_declared(framing)
+                .map(app_error);
             if fx.error.is_some() {
                 return Ok(false);
             }
@@ -282,44 +282,30 @@ impl Conn {
         body_len: u64,
         more: bool,
     ) -> PyResult<(Framing, bool, u16)> {
-        let req = st.req.as_mut().expect("current");
-        if !req.resp.started {
-            return Err(PyRuntimeError::new_err(
-                "Unexpected ASGI message 'http.response.body' sent, before 'http.response.start'.",
-            ));
-        }
-        if req.resp.body_done {
-            return Err(PyRuntimeError::new_err(
-                "Unexpected ASGI message 'http.response.body' sent, after the last body part.",
-            ));
-        }
+        let ConnState { http, out, .. } = st;
+        let req = http.exchange_mut().expect("current");
+        req.resp.check_body_part().map_err(app_error)?;
         if req.resp.framing.is_none() {
             let known = (!more && !req.resp.trailers).then_some(body_len);
-            let framing = write_head(py, server, &mut st.out, req, known)?;
+            let framing = write_head(py, server, out, req, known)?;
             req.resp.framing = Some(framing);
         }
         let framing = req.resp.framing.expect("set above");
-        req.resp.count_body(framing, body_len)?;
+        req.resp.count_body(framing, body_len).map_err(app_error)?;
         Ok((framing, req.resp.trailers, req.resp.status))
     }
 
     pub(super) fn send_trailers(
         py: Python<'_>,
-        fd: RawFd,
         server: &HttpServer,
         st: &mut ConnState,
         fx: &mut Effects,
         headers: Option<&Bound<'_, PyAny>>,
         more: bool,
     ) -> PyResult<()> {
-        let req = st.req.as_mut().expect("current");
-        if !req.resp.trailers || !req.resp.body_done {
-            return Err(PyRuntimeError::new_err(
-                "Unexpected ASGI message 'http.response.trailers': trailers were not announced in \
-                 'http.response.start', or the body is not finished",
-            ));
-        }
-        let framing = req.resp.framing.expect("body done implies head written");
+        let ConnState { http, out, .. } = st;
+        let req = http.exchange_mut().expect("current");
+        let framing = req.resp.check_trailers().map_err(app_error)?;
         let status = req.resp.status;
         // Trailers may come in several messages: they are kept, checked and written together
         // after the last chunk when the final one arrives.
@@ -340,11 +326,10 @@ impl Conn {
                 .iter()
                 .map(|(n, v)| (n.as_slice(), v.as_slice()))
                 .collect();
-            st.out
-                .with_tail(|buf| encode_last_chunk(buf, &pairs))
+            out.with_tail(|buf| encode_last_chunk(buf, &pairs))
                 .map_err(|e| PyRuntimeError::new_err(format!("invalid trailers: {e}")))?;
         }
-        flush_now(st, fx, fd);
+        flush_now(st, fx);
         Self::complete(py, server, st, fx, status, framing.keep_alive);
         Ok(())
     }
@@ -359,135 +344,92 @@ impl Conn {
         status: u16,
         keep_alive: bool,
     ) {
-        let Some(mut req) = st.req.take() else {
+        // `keep_alive` is what the head told the client: in a graceful shutdown, a head written
+        // before it still said keep-alive, and the connection waits for a request the client
+        // may already be sending (`drain.rs`). An unread rest of the body is skipped if
+        // buffered, else the connection is not reused (`Http1Conn::complete`).
+        let now = clock::monotonic();
+        let Some((mut req, reuse)) = st.http.complete(keep_alive, now) else {
             return;
         };
-        if std::mem::take(&mut st.bulk) {
+        if st
+            .handoff
+            .as_mut()
+            .is_some_and(|h| std::mem::take(&mut h.bulk))
+        {
             fx.bulk = Some(false);
         }
-        server.response_done(py, req.method, status, req.started);
-        if let (Some(_), Some(facts)) = (server.access_log(), &req.facts) {
-            let query = facts.query.bind(py).as_bytes();
-            let path = if query.is_empty() {
-                facts.path.clone_ref(py)
-            } else {
-                let text = format!(
-                    "{}?{}",
-                    facts.path.bind(py).to_str().unwrap_or(""),
-                    String::from_utf8_lossy(query)
-                );
-                PyString::new(py, &text).unbind()
-            };
-            // `scope.get("client")`, as uvicorn reads it: `None` (an empty address in the log)
-            // if the app deleted the key.
-            let client = facts.scope.as_ref().map(|s| {
-                s.bind(py)
-                    .get_item(intern!(py, "client"))
-                    .ok()
-                    .flatten()
-                    .map_or_else(|| py.None(), Bound::unbind)
-            });
-            fx.access = Some((
-                client,
-                facts.method.clone_ref(py),
-                path,
-                version_str(req.info.version),
-                status,
-            ));
+        server.response_done(py, req.app.method, status, req.app.started);
+        if server.access_log().is_some() {
+            fx.access = access_record(py, &req, status);
         }
         // Wake a receive() waiting for the end of the response, and any drain waiter.
-        if let Some(f) = req.receive_waiter.take() {
+        if let Some(f) = req.app.receive_waiter.take() {
             if let Ok(m) = scope::disconnect_message(py) {
                 fx.resolve.push((f, m.into_any().unbind()));
             }
         }
-        if let Some(f) = req.drain_waiter.take() {
+        if let Some(f) = req.app.drain_waiter.take() {
             fx.resolve.push((f, py.None()));
         }
-        // An unread rest of the body must be skipped before the next request; if it has not
-        // all arrived, the connection cannot be reused. `keep_alive` is what the head told the
-        // client: in a graceful shutdown, a head written before it still said keep-alive, and
-        // the connection waits for a request the client may already be sending (`drain.rs`).
-        let mut reusable = keep_alive;
-        if reusable && !req.body_delivered {
-            while let Ok(d) = req.decoder.decode(&st.rbuf[st.rpos..]) {
-                st.rpos += d.consumed;
-                if d.done || d.consumed == 0 {
-                    break;
+        match reuse {
+            Reuse::KeepAlive { .. }
+                if st.handoff.as_ref().is_some_and(|h| !h.pinned())
+                    && !server.keeps_connections(py) =>
+            {
+                // Back to the front once the response is written, with what was read of the
+                // next request (`Conn::hand_back`).
+                if let Some(h) = st.handoff.as_mut() {
+                    h.fate = Fate::GoesBack;
                 }
+                fx.hand_back = true;
             }
-            reusable = req.decoder.is_done();
-        }
-        if st.rpos == st.rbuf.len() {
-            st.rbuf.clear();
-            st.rpos = 0;
-        }
-        // After the client's half-close, requests it sent before are still served (`idle_step`
-        // closes once the buffer holds no complete head); with nothing buffered we are done.
-        if st.eof && st.rpos == st.rbuf.len() {
-            reusable = false;
-        }
-        if reusable
-            && st.handoff.as_ref().is_some_and(|h| !h.pinned())
-            && !server.keeps_connections(py)
-        {
-            // Back to the front once the response is written, with what was read of the next
-            // request (`Conn::hand_back`).
-            st.phase = Phase::Idle;
-            st.deadline = clock::monotonic() + server.opts().timeout_keep_alive;
-            st.header_clock = false;
-            if let Some(h) = st.handoff.as_mut() {
-                h.fate = Fate::GoesBack;
+            Reuse::KeepAlive { pipelined } => {
+                if !st.http.eof() {
+                    st.set_reading(fx, true);
+                }
+                fx.advance = pipelined;
             }
-            fx.hand_back = true;
-        } else if reusable {
-            st.phase = Phase::Idle;
-            let now = clock::monotonic();
-            st.idle_since = now;
-            st.deadline = now + server.opts().timeout_keep_alive;
-            st.header_clock = false;
-            if !st.reading && !st.eof {
-                st.reading = true;
-                fx.reading = Some(true);
-            }
-            fx.advance = st.rpos < st.rbuf.len();
-        } else {
-            st.phase = Phase::Closing;
-            let fd = st.fd;
-            start_closing(st, fx, fd);
+            Reuse::Close => start_closing(st, fx),
         }
     }
 }
 
-/// A body that disagrees with the declared length would desynchronise the client: more bytes
-/// would be read as the next response, fewer would leave it waiting.
-impl Response {
-    /// Counts `len` more body bytes; refuses them (nothing written) past a declared length.
-    fn count_body(&mut self, framing: Framing, len: u64) -> PyResult<()> {
-        if let (true, Some(declared)) = (framing.send_body, framing.content_length) {
-            let sent = self.body_sent + len;
-            if sent > declared {
-                return Err(PyRuntimeError::new_err(format!(
-                    "Response content longer than Content-Length: {sent} bytes sent, \
-                     {declared} declared; nothing of this part was written"
-                )));
-            }
-            self.body_sent = sent;
-        }
-        Ok(())
-    }
+/// The access log's line for a complete request, if its app started.
+fn access_record(py: Python<'_>, req: &Req, status: u16) -> Option<super::effects::AccessRecord> {
+    let facts = req.app.facts.as_ref()?;
+    let query = facts.query.bind(py).as_bytes();
+    let path = if query.is_empty() {
+        facts.path.clone_ref(py)
+    } else {
+        let text = format!(
+            "{}?{}",
+            facts.path.bind(py).to_str().unwrap_or(""),
+            String::from_utf8_lossy(query)
+        );
+        PyString::new(py, &text).unbind()
+    };
+    // `scope.get("client")`, as uvicorn reads it: `None` (an empty address in the log) if the
+    // app deleted the key.
+    let client = facts.scope.as_ref().map(|s| {
+        s.bind(py)
+            .get_item(intern!(py, "client"))
+            .ok()
+            .flatten()
+            .map_or_else(|| py.None(), Bound::unbind)
+    });
+    Some((
+        client,
+        facts.method.clone_ref(py),
+        path,
+        version_str(req.info.version),
+        status,
+    ))
+}
 
-    /// After the last body part: the error if fewer bytes than declared were sent.
-    fn short_of_declared(&self, framing: Framing) -> Option<PyErr> {
-        let declared = framing.content_length.filter(|_| framing.send_body)?;
-        (self.body_sent < declared).then(|| {
-            PyRuntimeError::new_err(format!(
-                "Response content shorter than Content-Length: {} bytes sent, {declared} \
-                 declared",
-                self.body_sent
-            ))
-        })
-    }
+/// The app's mistake in a response, raised from its `send()`.
+fn app_error(e: ResponseError) -> PyErr {
+    PyRuntimeError::new_err(e.to_string())
 }
 
 /// Calls `f` with the message's `body`: a `bytes` object (what apps send) read in place, another
@@ -565,11 +507,9 @@ pub(super) fn start_head(
     headers: Option<&Bound<'_, PyAny>>,
     trailers: bool,
 ) -> PyResult<()> {
-    let req = st.req.as_mut().expect("current");
+    let req = st.req_mut().expect("current");
     if req.resp.started {
-        return Err(PyRuntimeError::new_err(
-            "Unexpected ASGI message 'http.response.start' sent, after response already started.",
-        ));
+        return Err(app_error(ResponseError::StartedTwice));
     }
     let held = match headers.filter(|h| !h.is_none()) {
         Some(h) => header_list(h)?,
@@ -580,13 +520,11 @@ pub(super) fn start_head(
         held.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())),
     )
     .map_err(|e| PyRuntimeError::new_err(format!("invalid response: {e}")))?;
-    req.resp.status = status;
-    req.resp.started = true;
-    req.resp.headers = held
+    req.resp.start(status, trailers).map_err(app_error)?;
+    req.app.headers = held
         .into_iter()
         .map(|(n, v)| (n.unbind(), v.unbind()))
         .collect();
-    req.resp.trailers = trailers;
     Ok(())
 }
 
@@ -716,11 +654,11 @@ fn write_head(
     py: Python<'_>,
     server: &HttpServer,
     out: &mut OutQueue,
-    req: &Request,
+    req: &Req,
     known_length: Option<u64>,
 ) -> PyResult<Framing> {
     let pairs: Vec<(&[u8], &[u8])> = req
-        .resp
+        .app
         .headers
         .iter()
         .map(|(n, v)| (n.as_bytes(py), v.as_bytes(py)))

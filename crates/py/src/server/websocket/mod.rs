@@ -47,7 +47,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
-use super::conn::{flush_now, ready, start_closing, Conn, ConnState, Effects, Phase, READ_HIGH};
+use super::conn::{ready, Conn, ConnState, Phase, READ_HIGH};
+use super::effects::Effects;
+use super::output::{flush_now, start_closing};
 use super::HttpServer;
 
 create_exception!(
@@ -234,7 +236,7 @@ pub(super) fn upgrade_step(
     let Some(opts) = server.opts().ws else {
         return Upgrade::No;
     };
-    match websocket_request(&st.rbuf[st.rpos..], &st.head, &opts) {
+    match websocket_request(st.http.input(), st.http.head(), &opts) {
         Upgrade::Refused(e) if e.status == 426 => {
             let date = server.date(py);
             let bytes = version_refusal(server, date.as_ref().map(|d| &d[..]), &e);
@@ -321,7 +323,7 @@ enum Decoded {
 
 /// The request's path and query as uvicorn logs a WebSocket (`/chat?room=1`).
 fn logged_path(py: Python<'_>, st: &ConnState) -> String {
-    let Some(facts) = st.req.as_ref().and_then(|r| r.facts.as_ref()) else {
+    let Some(facts) = st.req().and_then(|r| r.app.facts.as_ref()) else {
         return String::new();
     };
     let path = facts.path.bind(py).to_str().unwrap_or("");
@@ -351,10 +353,8 @@ fn tell_disconnect(ws: &mut WsSession, code: u16, reason: &str) {
 /// The socket is done with (a close exchanged, a protocol error, a timeout): write what is
 /// queued, then shut and linger.
 fn finish(st: &mut ConnState, fx: &mut Effects) {
-    if matches!(st.phase, Phase::Busy) {
-        st.phase = Phase::Closing;
-        let fd = st.fd;
-        start_closing(st, fx, fd);
+    if st.phase() == Phase::Busy && st.http.close() {
+        start_closing(st, fx);
     }
 }
 
@@ -411,19 +411,17 @@ impl Conn {
         let mut fx = Effects::default();
         let result = {
             let mut st = this.state.borrow(py)?;
-            let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
-            if !current {
+            let Some(req) = st.http.current(seq) else {
                 // The handshake was answered with an HTTP response: the socket is done.
                 drop(st);
                 return ready(py, disconnect_message(py, 1006, "")?);
-            }
-            let req = st.req.as_ref().expect("current");
-            if req.receive_waiter.is_some() {
+            };
+            if req.app.receive_waiter.is_some() {
                 return Err(PyRuntimeError::new_err(
                     "receive() called while another receive() of the same WebSocket is waiting",
                 ));
             }
-            let closed = st.phase == Phase::Closed;
+            let closed = st.phase() == Phase::Closed;
             let msg = Self::ws_next_message(py, &mut st, closed)?;
             Self::ws_flow(server, &mut st, &mut fx);
             Self::message_or_waiter(py, server, &mut st, msg)?
@@ -437,21 +435,18 @@ impl Conn {
     /// dropped from then on, and the client's close frame must be read. Only while `Busy`: a
     /// closing connection's reads belong to the lingering close.
     fn ws_flow(server: &HttpServer, st: &mut ConnState, fx: &mut Effects) {
-        if st.phase != Phase::Busy {
+        if st.phase() != Phase::Busy {
             return;
         }
         let max_queue = server.opts().ws.map_or(1, |o| o.max_queue);
-        let undecoded = st.rbuf.len() - st.rpos;
+        let undecoded = st.http.input().len();
         let Some(ws) = st.ws() else {
             return;
         };
         let want = ws.close_sent
             || (ws.inbox.len() < max_queue && ws.inbox_bytes < READ_HIGH && undecoded < READ_HIGH);
-        let want = want && !st.eof;
-        if want != st.reading {
-            st.reading = want;
-            fx.reading = Some(want);
-        }
+        let want = want && !st.http.eof();
+        st.set_reading(fx, want);
     }
 
     /// New input on an open WebSocket (or an ended read): decode frames, answer pings and
@@ -466,10 +461,9 @@ impl Conn {
         if open {
             Self::ws_decode(st, fx);
         }
-        let fd = st.fd;
-        flush_now(st, fx, fd);
-        let eof = st.eof;
-        let phase = st.phase;
+        flush_now(st, fx);
+        let eof = st.http.eof();
+        let phase = st.phase();
         if let Some(ws) = st.ws_mut() {
             if eof && phase == Phase::Busy {
                 // The client is gone without (answering) a close frame.
@@ -485,10 +479,10 @@ impl Conn {
 
     /// Hands a waiting `receive()` its next message, if there is one now.
     fn ws_wake_receiver(py: Python<'_>, st: &mut ConnState, fx: &mut Effects) -> PyResult<()> {
-        if st.req.as_ref().is_some_and(|r| r.receive_waiter.is_some()) {
+        if st.req().is_some_and(|r| r.app.receive_waiter.is_some()) {
             if let Some(msg) = Self::ws_next_message(py, st, false)? {
-                let req = st.req.as_mut().expect("checked above");
-                let fut = req.receive_waiter.take().expect("checked above");
+                let req = st.req_mut().expect("checked above");
+                let fut = req.app.receive_waiter.take().expect("checked above");
                 fx.resolve.push((fut, msg));
             }
         }
@@ -498,79 +492,34 @@ impl Conn {
     /// Decodes every complete frame in the read buffer.
     fn ws_decode(st: &mut ConnState, fx: &mut Effects) {
         loop {
-            let after = {
-                let ConnState {
-                    rbuf,
-                    rpos,
-                    req,
-                    out,
-                    ..
-                } = &mut *st;
-                let Some(ws) = req.as_mut().and_then(|r| r.ws.as_mut()) else {
-                    return;
+            let ConnState { http, out, .. } = &mut *st;
+            let after = http.with_input(|input, req| {
+                let Some(ws) = req.and_then(|r| r.app.ws.as_deref_mut()) else {
+                    return (0, None);
                 };
-                match ws.decoder.decode(&rbuf[*rpos..]) {
+                match ws.decoder.decode(input) {
                     Err(e) => {
                         // Fail the connection (RFC 6455 §7.1.7) with the codec's close code.
                         tell_disconnect(ws, e.code, e.reason);
                         ws.peer_gone = true;
-                        Decoded::Failed(e.code, e.reason, ws.close_sent)
+                        (0, Some(Decoded::Failed(e.code, e.reason, ws.close_sent)))
                     }
-                    Ok((n, event)) => {
-                        *rpos += n;
-                        match event {
-                            None if n == 0 => return,
-                            None => Decoded::More,
-                            Some(event @ (Event::Text(_) | Event::Binary(_))) => {
-                                if !ws.close_sent {
-                                    ws.inbox_bytes += message_len(&event);
-                                    ws.inbox.push_back(event);
-                                }
-                                Decoded::More
-                            }
-                            Some(Event::Ping(payload)) => {
-                                if !ws.close_sent {
-                                    queue_frame(out, Opcode::Pong, &payload);
-                                }
-                                Decoded::More
-                            }
-                            Some(Event::Pong(payload)) => {
-                                if ws.pong_due.is_finite() && payload == ws.pings.to_be_bytes() {
-                                    ws.pong_due = f64::INFINITY;
-                                }
-                                Decoded::More
-                            }
-                            Some(Event::Close { code, reason }) => {
-                                ws.peer_gone = true;
-                                let echo = !ws.close_sent;
-                                if echo {
-                                    tell_disconnect(ws, code.unwrap_or(1005), &reason);
-                                }
-                                Decoded::Closed { echo, code }
-                            }
-                        }
-                    }
+                    Ok((n, event)) => (n, decoded(ws, out, n, event)),
                 }
-            };
+            });
             match after {
-                Decoded::More => {
-                    if st.rpos == st.rbuf.len() {
-                        st.rbuf.clear();
-                        st.rpos = 0;
-                    }
-                }
-                Decoded::Failed(code, reason, close_sent) => {
-                    st.rbuf.clear();
-                    st.rpos = 0;
+                None => return,
+                Some(Decoded::More) => {}
+                Some(Decoded::Failed(code, reason, close_sent)) => {
+                    st.http.discard_input();
                     if !close_sent {
                         queue_close(st, Some(code), reason.as_bytes());
                     }
                     finish(st, fx);
                     return;
                 }
-                Decoded::Closed { echo, code } => {
-                    st.rbuf.clear();
-                    st.rpos = 0;
+                Some(Decoded::Closed { echo, code }) => {
+                    st.http.discard_input();
                     // Echo the client's code (RFC 6455 §5.5.1); then the server closes TCP first.
                     if echo {
                         queue_close(st, code, b"");
@@ -581,4 +530,45 @@ impl Conn {
             }
         }
     }
+}
+
+/// What one decoded frame (`n` bytes, `event`) does to the session: a data message queued, a
+/// ping answered, a pong noted, the client's close. `None`: nothing more to decode.
+fn decoded(
+    ws: &mut WsSession,
+    out: &mut OutQueue,
+    n: usize,
+    event: Option<Event>,
+) -> Option<Decoded> {
+    Some(match event {
+        None if n == 0 => return None,
+        None => Decoded::More,
+        Some(event @ (Event::Text(_) | Event::Binary(_))) => {
+            if !ws.close_sent {
+                ws.inbox_bytes += message_len(&event);
+                ws.inbox.push_back(event);
+            }
+            Decoded::More
+        }
+        Some(Event::Ping(payload)) => {
+            if !ws.close_sent {
+                queue_frame(out, Opcode::Pong, &payload);
+            }
+            Decoded::More
+        }
+        Some(Event::Pong(payload)) => {
+            if ws.pong_due.is_finite() && payload == ws.pings.to_be_bytes() {
+                ws.pong_due = f64::INFINITY;
+            }
+            Decoded::More
+        }
+        Some(Event::Close { code, reason }) => {
+            ws.peer_gone = true;
+            let echo = !ws.close_sent;
+            if echo {
+                tell_disconnect(ws, code.unwrap_or(1005), &reason);
+            }
+            Decoded::Closed { echo, code }
+        }
+    })
 }

@@ -15,9 +15,9 @@ use super::{
     finish, frame_head, logged_path, queue_close, queue_data_frame, queue_frame, tell_disconnect,
     ClientDisconnected, Deflate, WsSession, WsState, CLOSE_TIMEOUT,
 };
-use crate::server::conn::{
-    flush_now, flush_or_cork, Conn, ConnState, Effects, Phase, SMALL_BODY_COPY, WRITE_HIGH,
-};
+use crate::server::conn::{Conn, ConnState, Phase, SMALL_BODY_COPY, WRITE_HIGH};
+use crate::server::effects::Effects;
+use crate::server::output::{flush_now, flush_or_cork};
 use crate::server::respond::{flag, header_list, header_pairs, start_message, with_bytes, Body};
 use crate::server::HttpServer;
 
@@ -36,8 +36,7 @@ impl Conn {
         let mut fx = Effects::default();
         let wait = {
             let mut st = this.state.borrow(py)?;
-            let current = st.req.as_ref().is_some_and(|r| r.seq == seq);
-            if !current || st.phase == Phase::Closed {
+            if st.http.current(seq).is_none() || st.phase() == Phase::Closed {
                 return Err(ClientDisconnected::new_err(
                     "the WebSocket connection is closed",
                 ));
@@ -72,7 +71,7 @@ impl Conn {
                             "the WebSocket client has closed the connection",
                         ));
                     }
-                    if ws.close_sent || st.phase != Phase::Busy {
+                    if ws.close_sent || st.phase() != Phase::Busy {
                         return Err(PyRuntimeError::new_err(format!(
                             "Unexpected ASGI message '{typ}', after sending 'websocket.close'."
                         )));
@@ -96,7 +95,6 @@ impl Conn {
         typ: &str,
         message: &Bound<'_, PyDict>,
     ) -> PyResult<()> {
-        let fd = st.fd;
         match typ {
             "websocket.accept" => Self::ws_accept(py, server, st, fx, message),
             "websocket.close" => {
@@ -108,7 +106,7 @@ impl Conn {
                 // The request (and its session) ends with this answer; later `receive()`s get
                 // 1006 through `ws_seq`.
                 st.out.push(&bytes);
-                flush_now(st, fx, fd);
+                flush_now(st, fx);
                 Self::complete(py, server, st, fx, 403, false);
                 Ok(())
             }
@@ -146,7 +144,6 @@ impl Conn {
         fx: &mut Effects,
         message: &Bound<'_, PyDict>,
     ) -> PyResult<()> {
-        let fd = st.fd;
         let subprotocol = message
             .get_item(intern!(py, "subprotocol"))?
             .filter(|s| !s.is_none());
@@ -200,10 +197,11 @@ impl Conn {
         if let Some(interval) = ping_interval {
             ws.ping_due = clock::monotonic() + interval;
         }
-        st.deadline = ws.deadline();
-        let (method, started) = st.req.as_ref().map_or((0, 0.0), |r| (r.method, r.started));
+        let deadline = ws.deadline();
+        st.http.set_deadline(deadline);
+        let (method, started) = st.req().map_or((0, 0.0), |r| (r.app.method, r.app.started));
         server.response_done(py, method, 101, started);
-        flush_now(st, fx, fd);
+        flush_now(st, fx);
         // Frames the client sent right behind its request are decoded now.
         Self::ws_input(py, server, st, fx)
     }
@@ -274,8 +272,9 @@ impl Conn {
                 let ws = st.ws_mut().expect("a WebSocket");
                 tell_disconnect(ws, code, &reason);
                 ws.close_due = clock::monotonic() + CLOSE_TIMEOUT;
-                st.deadline = ws.deadline();
-                flush_now(st, fx, fd);
+                let deadline = ws.deadline();
+                st.http.set_deadline(deadline);
+                flush_now(st, fx);
                 Ok(false)
             }
             other => Err(PyRuntimeError::new_err(format!(
@@ -313,7 +312,7 @@ impl Conn {
         };
         if data.len() <= SMALL_BODY_COPY {
             queue_data_frame(&mut st.out, op, rsv1, data);
-            flush_or_cork(st, fx, fd, batch);
+            flush_or_cork(st, fx, batch);
         } else {
             let mut head = [0u8; MAX_HEAD_LEN];
             let n = frame_head(op, rsv1, data.len(), &mut head);
@@ -324,9 +323,8 @@ impl Conn {
                 return false;
             };
             st.out.push(&data[written..]);
-            if !st.out_empty() && !st.writing {
-                st.writing = true;
-                fx.writing = Some(true);
+            if !st.out_empty() {
+                st.set_writing(fx, true);
             }
         }
         st.out_pending() > WRITE_HIGH
@@ -406,12 +404,13 @@ impl Conn {
                 }
                 None => ws.ping_due = opts.ping_interval.map_or(f64::INFINITY, |i| now + i),
             }
-            st.deadline = ws.deadline();
+            let deadline = ws.deadline();
+            st.http.set_deadline(deadline);
             queue_frame(&mut st.out, Opcode::Ping, &payload);
-            let fd = st.fd;
-            flush_now(st, fx, fd);
+            flush_now(st, fx);
             return;
         }
-        st.deadline = ws.deadline();
+        let deadline = ws.deadline();
+        st.http.set_deadline(deadline);
     }
 }
