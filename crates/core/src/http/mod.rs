@@ -42,6 +42,11 @@ pub use response::{
     RequestInfo, ServerFields,
 };
 
+/// RFC 9113 §3.4: the first bytes of an HTTP/2 connection with prior knowledge (h2c). The
+/// server tells it from an HTTP/1.1 request by them (`crates/py/src/server/http2/`), and the
+/// front places such a connection on a worker for its life.
+pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// The protocol version of a request. Only HTTP/1.0 and HTTP/1.1 are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Version {

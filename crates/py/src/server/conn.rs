@@ -285,6 +285,8 @@ pub(super) struct Effects {
     pub(super) front_done: Option<(u64, u8)>,
     /// Bulk work started (`true`) or ended on this connection (`HttpServer::bulk_changed`).
     pub(super) bulk: Option<bool>,
+    /// The connection is HTTP/2 (its preface, or ALPN): it becomes an `H2Conn` (`http2/`).
+    pub(super) h2: bool,
 }
 
 #[pyclass(module = "ferroloop._native", name = "Connection", frozen)]
@@ -420,6 +422,9 @@ impl Conn {
         }
         if let Some(started) = fx.bulk {
             HttpServer::bulk_changed(this.server.bind(py), started)?;
+        }
+        if fx.h2 {
+            return super::http2::H2Conn::adopt(slf);
         }
         if fx.advance {
             Self::advance(slf)?;
@@ -625,6 +630,9 @@ impl Conn {
             if st.eof {
                 close_when_written(st, fx);
             }
+            return false;
+        }
+        if st.seq == 0 && super::http2::detect(server.opts().http, st, fx) {
             return false;
         }
         if st.handoff.as_ref().is_some_and(Handoff::goes_back) {

@@ -1,0 +1,923 @@
+//! HTTP/2 on the loop thread (`--http auto`, the default, and `--http 2`): h2c with prior
+//! knowledge on the HTTP/1.1 port, told apart by the connection preface, and h2 over TLS chosen
+//! by ALPN. The protocol (frames, HPACK, streams, flow control, GOAWAY) is the `h2` crate's; this
+//! module drives it without tokio's runtime and gives each stream to the app as an ASGI http
+//! scope (`stream.rs`).
+//!
+//! How `h2` is driven: its `Connection` is a future over `io::SocketIo` (tokio's I/O traits on the
+//! non-blocking fd). The loop polls it, with the GIL, when the fd is readable or writable
+//! (`Http2Connection.__call__`) and at the end of a ready batch in which an app sent or
+//! received something (`defer_flush`), until nothing is left to do. The wakers `h2` is given
+//! only record what woke (`Woken`): the connection's, or a stream's id; a drive polls the
+//! connection, then services the streams that were woken, and goes round again while
+//! anything was woken meanwhile. No thread, no timer, no runtime.
+//!
+//! Ownership and invariants:
+//! - An HTTP/1.1 `Conn` becomes HTTP/2 before its first request (`adopt`): it gives up its fd,
+//!   the bytes it read and its TLS session, and leaves the server's `conns`; the `H2Conn` joins
+//!   `h2_conns`, owns the fd from then on and closes it once (`close_now`).
+//! - The reader is registered while the peer may send and no write is blocked (a blocked
+//!   write stops `h2` reading, and a level-triggered fd left registered would spin); the
+//!   writer while a write is blocked.
+//! - State is borrowed only between calls into Python: futures are resolved, apps started
+//!   and logs written after the borrow ends (`Fx`).
+
+mod io;
+mod scope;
+mod stream;
+
+use std::collections::HashMap;
+use std::future::Future as _;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use bytes::Bytes;
+use ferroloop_core::front::DONE_CLOSED;
+use ferroloop_core::tls::TlsConn;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::gc::PyVisit;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyString};
+use pyo3::PyTraverseError;
+
+pub(crate) use io::{preface, Preface};
+pub use stream::H2Cycle;
+
+use super::conn::{Conn, ConnState, Effects, Phase};
+use super::HttpServer;
+use crate::cell::LoopCell;
+use crate::event_loop::LoopCore;
+use io::{IoFlags, SocketIo};
+use stream::{Sent, Stream};
+
+/// Streams a client may open at once (SETTINGS_MAX_CONCURRENT_STREAMS; RFC 9113 §6.5.2
+/// recommends at least 100, hyper's server default is 200, granian's 200).
+const MAX_CONCURRENT_STREAMS: u32 = 200;
+/// Each stream's receive window: as much request body as may wait for the app per stream
+/// (the HTTP/1.1 side stops reading at 256 KiB, `READ_HIGH`).
+const STREAM_WINDOW: u32 = 256 * 1024;
+/// The connection's receive window, shared by its streams.
+const CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// Rounds of a drive before it yields to the loop (a drive ends when nothing was woken).
+const DRIVE_ROUNDS: usize = 64;
+
+/// Which protocols the server speaks (`--http`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HttpMode {
+    pub h1: bool,
+    pub h2: bool,
+}
+
+impl HttpMode {
+    /// `"auto"` (HTTP/1.1 and HTTP/2), `"1"`, `"2"`. A WSGI app is served HTTP/1.1 only
+    /// (`auto` means `1` for it): its streams are not implemented over HTTP/2 yet.
+    pub(crate) fn parse(value: &str, wsgi: bool) -> PyResult<Self> {
+        match value {
+            "auto" => Ok(Self {
+                h1: true,
+                h2: !wsgi,
+            }),
+            "2" if wsgi => Err(PyValueError::new_err(
+                "--http 2 needs an ASGI app: WSGI over HTTP/2 is not implemented yet \
+                 (use --http auto or 1)",
+            )),
+            "1" => Ok(Self {
+                h1: true,
+                h2: false,
+            }),
+            "2" => Ok(Self {
+                h1: false,
+                h2: true,
+            }),
+            other => Err(PyValueError::new_err(format!(
+                "http must be 'auto', '1' or '2', not {other:?}"
+            ))),
+        }
+    }
+
+    /// The ALPN protocols a TLS server offers, in its order of preference.
+    pub(crate) fn alpn(self) -> Vec<Vec<u8>> {
+        let mut protocols = Vec::new();
+        if self.h2 {
+            protocols.push(b"h2".to_vec());
+        }
+        if self.h1 {
+            protocols.push(b"http/1.1".to_vec());
+        }
+        protocols
+    }
+}
+
+/// `Conn::idle_step` before a connection's first request: `true` when it must not parse an
+/// HTTP/1.1 head, because the connection is HTTP/2 (`fx.h2` is set: it becomes an `H2Conn`) or
+/// too few bytes have come to tell.
+pub(super) fn detect(mode: HttpMode, st: &ConnState, fx: &mut Effects) -> bool {
+    match wanted(mode, st) {
+        Preface::No => false,
+        Preface::Partial => true,
+        Preface::Yes => {
+            fx.h2 = true;
+            true
+        }
+    }
+}
+
+/// Whether an HTTP/1.1 connection before its first request is HTTP/2: by ALPN under TLS,
+/// else by its first bytes. `Partial`: too few bytes yet.
+fn wanted(mode: HttpMode, st: &ConnState) -> Preface {
+    if !mode.h2 {
+        return Preface::No;
+    }
+    if !mode.h1 {
+        return Preface::Yes;
+    }
+    if let Some(tls) = st.tls.as_deref() {
+        if tls.alpn_protocol() == Some(&b"h2"[..]) {
+            return Preface::Yes;
+        }
+    }
+    match preface(&st.rbuf[st.rpos..]) {
+        Preface::Partial if st.eof => Preface::No,
+        p => p,
+    }
+}
+
+/// What woke since the last look: the connection, and which streams.
+#[derive(Default)]
+struct Woken {
+    conn: AtomicBool,
+    streams: Mutex<Vec<u32>>,
+}
+
+impl Woken {
+    fn take_streams(&self) -> Vec<u32> {
+        let mut ids = std::mem::take(
+            &mut *self
+                .streams
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    fn any(&self) -> bool {
+        self.conn.load(Ordering::Relaxed)
+            || !self
+                .streams
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_empty()
+    }
+}
+
+struct ConnWake(Arc<Woken>);
+
+impl Wake for ConnWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.conn.store(true, Ordering::Relaxed);
+    }
+}
+
+struct StreamWake {
+    woken: Arc<Woken>,
+    id: u32,
+}
+
+impl Wake for StreamWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut ids = self
+            .woken
+            .streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ids.push(self.id);
+    }
+}
+
+type Handshake = h2::server::Handshake<SocketIo, Bytes>;
+type Connection = h2::server::Connection<SocketIo, Bytes>;
+type Accepted = (
+    http::Request<h2::RecvStream>,
+    h2::server::SendResponse<Bytes>,
+);
+
+enum Proto {
+    Handshaking(Pin<Box<Handshake>>),
+    Open(Box<Connection>),
+    Done,
+}
+
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "independent facts of one connection, not a state"
+)]
+struct H2State {
+    proto: Proto,
+    streams: HashMap<u32, Stream>,
+    reading: bool,
+    writing: bool,
+    closed: bool,
+    /// A drive is queued for the end of the running batch.
+    drive_queued: bool,
+    /// Since when the connection has had no stream (`INFINITY` while it has one): past
+    /// `--timeout-keep-alive` it is shut down gracefully (`check_idle`).
+    idle_since: f64,
+}
+
+/// Effects collected under the borrow, applied after it.
+#[derive(Default)]
+#[must_use]
+struct Fx {
+    reading: Option<bool>,
+    writing: Option<bool>,
+    resolve: Vec<(Py<PyAny>, Py<PyAny>)>,
+    /// Streams whose app is to start: `(id, scope, forwarded)`.
+    starts: Vec<(u32, Py<PyDict>, bool)>,
+    logs: Vec<(String, Option<Py<PyAny>>)>,
+    /// `(method, path, status)` of a response that completed.
+    access: Vec<(Py<PyString>, Py<PyString>, u16)>,
+    close: bool,
+}
+
+#[pyclass(module = "ferroloop._native", name = "Http2Connection", frozen)]
+pub struct H2Conn {
+    pub(super) server: Py<HttpServer>,
+    fd: RawFd,
+    client: Py<PyAny>,
+    /// Behind the front: the token it handed the connection under, for the `Done` at close.
+    front_token: Option<u64>,
+    woken: Arc<Woken>,
+    conn_waker: Waker,
+    flags: Arc<IoFlags>,
+    state: LoopCell<H2State>,
+}
+
+impl H2Conn {
+    /// Turns the HTTP/1.1 connection `conn`, before its first request, into an HTTP/2 one.
+    pub(super) fn adopt(conn: &Bound<'_, Conn>) -> PyResult<()> {
+        let py = conn.py();
+        let this = conn.get();
+        let server = this.server().bind(py);
+        let (early, tls, writing, eof, handoff) = {
+            let mut st = this.state.borrow(py)?;
+            if st.phase != Phase::Idle {
+                return Ok(());
+            }
+            st.phase = Phase::Closed;
+            let early = st.rbuf[st.rpos..].to_vec();
+            st.rbuf = Vec::new();
+            st.rpos = 0;
+            (
+                early,
+                st.tls.take(),
+                std::mem::replace(&mut st.writing, false),
+                st.eof,
+                st.handoff.take(),
+            )
+        };
+        if writing {
+            Conn::register(conn, true, false)?;
+        }
+        drop(server.get().conn_closed(py, this.fd));
+        // Behind the front the connection stays on this worker for its life, as a TLS one: the
+        // front hears of it again when it closes (`close_now`).
+        let token = handoff.map(|h| h.token);
+        let h2 = Self::open(
+            server,
+            this.fd,
+            this.client.clone_ref(py),
+            early,
+            tls,
+            token,
+        )?;
+        if eof {
+            // The peer closed already: the first drive stops watching the socket.
+            h2.get().flags.eof.store(true, Ordering::Relaxed);
+        }
+        Self::drive(h2.bind(py))
+    }
+
+    fn open(
+        server: &Bound<'_, HttpServer>,
+        fd: RawFd,
+        client: Py<PyAny>,
+        early: Vec<u8>,
+        tls: Option<Box<TlsConn>>,
+        front_token: Option<u64>,
+    ) -> PyResult<Py<Self>> {
+        let py = server.py();
+        let woken = Arc::new(Woken::default());
+        let flags = Arc::new(IoFlags::default());
+        let io = SocketIo::new(fd, early, tls, flags.clone());
+        let handshake = h2::server::Builder::new()
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .handshake(io);
+        let conn = Py::new(
+            py,
+            Self {
+                server: server.clone().unbind(),
+                fd,
+                client,
+                front_token,
+                conn_waker: Waker::from(Arc::new(ConnWake(woken.clone()))),
+                woken,
+                flags,
+                state: LoopCell::new(H2State {
+                    proto: Proto::Handshaking(Box::pin(handshake)),
+                    streams: HashMap::new(),
+                    reading: true,
+                    writing: false,
+                    closed: false,
+                    drive_queued: false,
+                    idle_since: ferroloop_core::clock::monotonic(),
+                }),
+            },
+        )?;
+        server.get().h2_opened(py, fd, conn.clone_ref(py))?;
+        // Replaces the HTTP/1.1 connection as the fd's reader.
+        Self::register(conn.bind(py), false, true)?;
+        Ok(conn)
+    }
+
+    fn register(slf: &Bound<'_, Self>, write: bool, on: bool) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let loop_ = this.server.bind(py).get().loop_core().bind(py);
+        LoopCore::set_native_callback(loop_, this.fd, slf.as_any(), write, on)
+    }
+
+    /// Polls `h2` and services the woken streams until nothing is woken (or `DRIVE_ROUNDS`).
+    pub(super) fn drive(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        for _ in 0..DRIVE_ROUNDS {
+            let mut fx = Fx::default();
+            {
+                let mut st = this.state.borrow(py)?;
+                if st.closed {
+                    return Ok(());
+                }
+                this.woken.conn.store(false, Ordering::Relaxed);
+                let accepted = Self::poll_proto(&mut st.proto, &this.conn_waker, &mut fx);
+                for (request, respond) in accepted {
+                    this.open_stream(py, &mut st, request, respond, &mut fx)?;
+                }
+                for id in this.woken.take_streams() {
+                    if let Some(s) = st.streams.get_mut(&id) {
+                        s.service(py, &mut fx.resolve)?;
+                    }
+                }
+                st.streams.retain(|_, s| !s.over());
+                if !st.streams.is_empty() {
+                    st.idle_since = f64::INFINITY;
+                } else if st.idle_since.is_infinite() {
+                    st.idle_since = ferroloop_core::clock::monotonic();
+                }
+                this.watch(&mut st, &mut fx);
+                if fx.close {
+                    for s in st.streams.values_mut() {
+                        s.connection_gone(py, &mut fx.resolve)?;
+                    }
+                }
+            }
+            let close = fx.close;
+            Self::apply(slf, fx)?;
+            if close || !this.woken.any() {
+                return Ok(());
+            }
+        }
+        // Still woken after `DRIVE_ROUNDS` (`h2` yields after a budget of frames, waking
+        // itself): the rest runs from the ready queue, after the other work queued now.
+        let core = this.server.bind(py).get().loop_core().bind(py);
+        LoopCore::push_call(core, slf.as_any(), Self::drive_entry).map(drop)
+    }
+
+    fn drive_entry(target: &Bound<'_, PyAny>) -> PyResult<()> {
+        Self::drive(target.cast::<Self>()?)
+    }
+
+    /// Polls the handshake, then the connection for new streams.
+    fn poll_proto(proto: &mut Proto, waker: &Waker, fx: &mut Fx) -> Vec<Accepted> {
+        let mut cx = Context::from_waker(waker);
+        let mut accepted = Vec::new();
+        if let Proto::Handshaking(hs) = proto {
+            let polled = hs.as_mut().poll(&mut cx);
+            match polled {
+                Poll::Ready(Ok(conn)) => *proto = Proto::Open(Box::new(conn)),
+                // Not HTTP/2 after all (a wrong preface), or the peer left.
+                Poll::Ready(Err(_)) => *proto = Proto::Done,
+                Poll::Pending => {}
+            }
+        }
+        let mut over = false;
+        if let Proto::Open(conn) = proto {
+            loop {
+                let polled = conn.poll_accept(&mut cx);
+                match polled {
+                    Poll::Ready(Some(Ok(pair))) => accepted.push(pair),
+                    // The connection is over: closed by GOAWAY both ways, or by an error
+                    // (I/O, or the peer broke the protocol, which `h2` answered with GOAWAY).
+                    Poll::Ready(Some(Err(_)) | None) => {
+                        over = true;
+                        break;
+                    }
+                    Poll::Pending => break,
+                }
+            }
+        }
+        if over {
+            *proto = Proto::Done;
+        }
+        if matches!(proto, Proto::Done) {
+            fx.close = true;
+        }
+        accepted
+    }
+
+    /// Registrations after a poll: the writer while a write is blocked; the reader while the
+    /// peer may send and no write is blocked.
+    fn watch(&self, st: &mut H2State, fx: &mut Fx) {
+        let blocked = self.flags.write_blocked.swap(false, Ordering::Relaxed);
+        if blocked != st.writing {
+            st.writing = blocked;
+            fx.writing = Some(blocked);
+        }
+        let read = !blocked && !self.flags.eof.load(Ordering::Relaxed);
+        if read != st.reading {
+            st.reading = read;
+            fx.reading = Some(read);
+        }
+    }
+
+    fn open_stream(
+        &self,
+        py: Python<'_>,
+        st: &mut H2State,
+        request: http::Request<h2::RecvStream>,
+        respond: h2::server::SendResponse<Bytes>,
+        fx: &mut Fx,
+    ) -> PyResult<()> {
+        let id = respond.stream_id().as_u32();
+        let server = self.server.bind(py).get();
+        let (parts, recv) = request.into_parts();
+        let (scope, facts) = scope::build(py, server.base(), &parts, &self.client)?;
+        let waker = Waker::from(Arc::new(StreamWake {
+            woken: self.woken.clone(),
+            id,
+        }));
+        let mut stream = Stream::new(
+            waker,
+            recv,
+            respond,
+            facts.is_head,
+            facts.method,
+            facts.path,
+        );
+        (stream.method_index, stream.started_at) =
+            server.request_started(parts.method.as_str().as_bytes());
+        if server.over_capacity(py) {
+            // As HTTP/1.1 answers over --limit-concurrency: 503, the app not called.
+            stream.task_done = true;
+            let _ = stream.start(py, &unavailable(py)?);
+            let fields = self.fields(py);
+            let fields = borrow_fields(&fields);
+            stream.send_head(true, &fields);
+            stream.finish_unsent();
+        } else {
+            fx.starts.push((id, scope.unbind(), facts.forwarded));
+        }
+        if !stream.over() {
+            st.streams.insert(id, stream);
+        }
+        Ok(())
+    }
+
+    /// The server's own response fields (`date`, `server`, `--header`).
+    fn fields(&self, py: Python<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let server = self.server.bind(py).get();
+        let date = server.date(py);
+        let f = server.fields(date.as_ref().map(|d| &d[..]));
+        let mut out: Vec<(Vec<u8>, Vec<u8>)> = f.extra.to_vec();
+        if let Some(d) = f.date {
+            out.push((b"date".to_vec(), d.to_vec()));
+        }
+        if let Some(s) = f.server {
+            out.push((b"server".to_vec(), s.to_vec()));
+        }
+        out
+    }
+
+    fn apply(slf: &Bound<'_, Self>, fx: Fx) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let server = this.server.bind(py).get();
+        for (message, exc) in fx.logs {
+            server.log(py, &message, exc.as_ref().map(|e| e.bind(py)));
+        }
+        if let Some(log) = server.access_log() {
+            for (method, path, status) in fx.access {
+                let args = (this.client.clone_ref(py), method, path, "2", status);
+                if let Err(e) = log.bind(py).call1(args) {
+                    e.write_unraisable(py, Some(log.bind(py)));
+                }
+            }
+        }
+        if fx.close {
+            Self::close_now(slf)?;
+        } else {
+            if let Some(on) = fx.writing {
+                Self::register(slf, true, on)?;
+            }
+            if let Some(on) = fx.reading {
+                Self::register(slf, false, on)?;
+            }
+        }
+        for (fut, value) in fx.resolve {
+            let fut = fut.bind(py);
+            if !fut.call_method0(intern!(py, "done"))?.is_truthy()? {
+                fut.call_method1(intern!(py, "set_result"), (value,))?;
+            }
+        }
+        for (id, scope, forwarded) in fx.starts {
+            Self::start_app(slf, id, scope.bind(py), forwarded)?;
+        }
+        Ok(())
+    }
+
+    fn start_app(
+        slf: &Bound<'_, Self>,
+        id: u32,
+        scope: &Bound<'_, PyDict>,
+        forwarded: bool,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let server = slf.get().server.bind(py).get();
+        let cycle = Bound::new(
+            py,
+            H2Cycle {
+                conn: slf.clone().unbind(),
+                id,
+            },
+        )?;
+        let receive = cycle.getattr(intern!(py, "receive"))?;
+        let send = cycle.getattr(intern!(py, "send"))?;
+        let core = server.loop_core().bind(py);
+        let native = server.native_tasks(core)?;
+        let started = server
+            .app_for(forwarded)
+            .bind(py)
+            .call1((scope, receive, send))
+            .and_then(|coro| {
+                let context = server.task_context(py)?;
+                let name = server.task_name(py)?;
+                LoopCore::create_task_as(core, &coro, Some(name.as_any()), Some(&context), native)
+            });
+        match started {
+            Ok(task) => {
+                let task = task.bind(py);
+                server.task_started(py, task)?;
+                task.call_method1(intern!(py, "add_done_callback"), (cycle,))?;
+                Ok(())
+            }
+            Err(e) => {
+                let exc = e.into_value(py).into_any();
+                Self::app_finished(slf, id, Some(exc.bind(py)), false)
+            }
+        }
+    }
+
+    /// Asks for a drive when the running batch ends (once per batch), or drives now outside
+    /// one: what an app sent or read changed what `h2` has to write.
+    fn want_drive(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        {
+            let mut st = this.state.borrow(py)?;
+            if st.drive_queued || st.closed {
+                return Ok(());
+            }
+            st.drive_queued = true;
+        }
+        let core = this.server.bind(py).get().loop_core().get();
+        let deferred = core
+            .defer_flush(py, slf.as_any(), Self::drive_deferred)
+            .unwrap_or(false);
+        if !deferred {
+            Self::drive_deferred(slf.as_any())?;
+        }
+        Ok(())
+    }
+
+    fn drive_deferred(target: &Bound<'_, PyAny>) -> PyResult<()> {
+        let slf = target.cast::<Self>()?;
+        slf.get().state.borrow(slf.py())?.drive_queued = false;
+        Self::drive(slf)
+    }
+
+    pub(super) fn receive(slf: &Bound<'_, Self>, id: u32) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        let got = {
+            let mut st = this.state.borrow(py)?;
+            match st.streams.get_mut(&id) {
+                None => Some(super::scope::disconnect_message(py)?.into_any().unbind()),
+                Some(s) => {
+                    if s.receive_waiter.is_some() {
+                        return Err(PyRuntimeError::new_err(
+                            "receive() called while another receive() of this request waits",
+                        ));
+                    }
+                    s.next_message(py)?
+                }
+            }
+        };
+        let result = if let Some(msg) = got {
+            super::conn::ready(py, msg)?
+        } else {
+            let core = this.server.bind(py).get().loop_core().bind(py);
+            let fut = LoopCore::create_future(core)?;
+            let mut st = this.state.borrow(py)?;
+            let Some(s) = st.streams.get_mut(&id) else {
+                let msg = super::scope::disconnect_message(py)?;
+                return super::conn::ready(py, msg.into_any().unbind());
+            };
+            s.receive_waiter = Some(fut.clone_ref(py));
+            fut
+        };
+        // Body bytes given to the app free window space: `h2` has a WINDOW_UPDATE to send.
+        Self::want_drive(slf)?;
+        Ok(result)
+    }
+
+    pub(super) fn send(
+        slf: &Bound<'_, Self>,
+        id: u32,
+        message: &Bound<'_, PyDict>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        let typ = message
+            .get_item(intern!(py, "type"))?
+            .ok_or_else(|| PyTypeError::new_err("ASGI message without 'type'"))?;
+        let typ = typ.cast::<PyString>()?.to_str()?.to_owned();
+        let mut fx = Fx::default();
+        let sent = {
+            let mut st = this.state.borrow(py)?;
+            let Some(s) = st.streams.get_mut(&id) else {
+                return Err(PyRuntimeError::new_err(
+                    "send() on a request whose stream is over",
+                ));
+            };
+            match typ.as_str() {
+                "http.response.start" => {
+                    s.start(py, message)?;
+                    Sent::Done
+                }
+                "http.response.body" => {
+                    let body = message.get_item(intern!(py, "body"))?;
+                    let more = match message.get_item(intern!(py, "more_body"))? {
+                        Some(m) => m.is_truthy()?,
+                        None => false,
+                    };
+                    let bytes = match &body {
+                        None => Bytes::new(),
+                        Some(b) => match b.cast::<PyBytes>() {
+                            Ok(b) => Bytes::copy_from_slice(b.as_bytes()),
+                            Err(_) => Bytes::from(b.extract::<Vec<u8>>()?),
+                        },
+                    };
+                    let fields = this.fields(py);
+                    let fields = borrow_fields(&fields);
+                    let core = this.server.bind(py).get().loop_core().bind(py);
+                    let sent = s.body(core, bytes, more, &fields)?;
+                    if !more {
+                        let server = this.server.bind(py).get();
+                        server.response_done(py, s.method_index, s.status, s.started_at);
+                        fx.access
+                            .push((s.method.clone_ref(py), s.path.clone_ref(py), s.status));
+                        if let Some(f) = s.receive_waiter.take() {
+                            let msg = super::scope::disconnect_message(py)?;
+                            fx.resolve.push((f, msg.into_any().unbind()));
+                        }
+                    }
+                    sent
+                }
+                other => {
+                    return Err(PyRuntimeError::new_err(format!(
+                        "ASGI message type {other:?} is not served over HTTP/2 yet"
+                    )))
+                }
+            }
+        };
+        Self::apply(slf, fx)?;
+        Self::want_drive(slf)?;
+        match sent {
+            Sent::Done => super::conn::ready_none(py),
+            Sent::Wait(fut) => Ok(fut),
+        }
+    }
+
+    /// The app's task ended: its exception is logged, an unfinished response answered (500)
+    /// or reset.
+    pub(super) fn app_finished(
+        slf: &Bound<'_, Self>,
+        id: u32,
+        exc: Option<&Bound<'_, PyAny>>,
+        cancelled: bool,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let mut fx = Fx::default();
+        if let Some(e) = exc {
+            fx.logs.push((
+                "Exception in ASGI application\n".into(),
+                Some(e.clone().unbind()),
+            ));
+        }
+        let returned = exc.is_none() && !cancelled;
+        {
+            let mut st = this.state.borrow(py)?;
+            if let Some(s) = st.streams.get_mut(&id) {
+                s.task_done = true;
+                if !s.gone && !s.finished {
+                    if returned {
+                        let what = if s.started {
+                            "ASGI callable returned without completing response."
+                        } else {
+                            "ASGI callable returned without starting response."
+                        };
+                        fx.logs.push((what.into(), None));
+                    }
+                    let was_started = s.started;
+                    let fields = this.fields(py);
+                    s.abandon(&borrow_fields(&fields));
+                    if !was_started {
+                        let server = this.server.bind(py).get();
+                        server.response_done(py, s.method_index, 500, s.started_at);
+                        fx.access
+                            .push((s.method.clone_ref(py), s.path.clone_ref(py), 500));
+                    }
+                }
+                if s.over() {
+                    st.streams.remove(&id);
+                }
+            }
+        }
+        Self::apply(slf, fx)?;
+        Self::want_drive(slf)
+    }
+
+    /// The server's sweep: a connection without streams for `--timeout-keep-alive` seconds is
+    /// shut down gracefully (GOAWAY), as an idle HTTP/1.1 connection is closed.
+    pub(super) fn check_idle(slf: &Bound<'_, Self>, now: f64) -> PyResult<()> {
+        let py = slf.py();
+        let keep_alive = slf.get().server.bind(py).get().opts().timeout_keep_alive;
+        let idle = {
+            let mut st = slf.get().state.borrow(py)?;
+            let idle = !st.closed && st.streams.is_empty() && now - st.idle_since > keep_alive;
+            if idle {
+                // Once: the shutdown's own exchange (a PING, the last GOAWAY) runs from here.
+                st.idle_since = f64::INFINITY;
+            }
+            idle
+        };
+        if idle {
+            return Self::shutdown(slf);
+        }
+        Ok(())
+    }
+
+    /// Graceful shutdown: GOAWAY; the streams in flight finish, then the connection closes.
+    pub(super) fn shutdown(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let close = {
+            let mut st = slf.get().state.borrow(py)?;
+            match &mut st.proto {
+                Proto::Open(conn) => {
+                    conn.graceful_shutdown();
+                    false
+                }
+                Proto::Handshaking(_) => true,
+                Proto::Done => false,
+            }
+        };
+        if close {
+            return Self::close_now(slf);
+        }
+        Self::drive(slf)
+    }
+
+    /// Closes at once: out of the poller, fd closed, every waiting stream told.
+    pub(super) fn close_now(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let mut resolve = Vec::new();
+        let (reading, writing, proto) = {
+            let mut st = this.state.borrow(py)?;
+            if st.closed {
+                return Ok(());
+            }
+            st.closed = true;
+            for s in st.streams.values_mut() {
+                s.connection_gone(py, &mut resolve)?;
+            }
+            (
+                std::mem::replace(&mut st.reading, false),
+                std::mem::replace(&mut st.writing, false),
+                std::mem::replace(&mut st.proto, Proto::Done),
+            )
+        };
+        drop(proto);
+        let unregistered = (|| {
+            if reading {
+                Self::register(slf, false, false)?;
+            }
+            if writing {
+                Self::register(slf, true, false)?;
+            }
+            Ok::<(), PyErr>(())
+        })();
+        // SAFETY: the fd is ours (taken over from the HTTP/1.1 connection), out of the poller
+        // now, and `closed` keeps every other path away from it.
+        drop(unsafe { OwnedFd::from_raw_fd(this.fd) });
+        let server = this.server.bind(py).get();
+        drop(server.h2_closed(py, this.fd));
+        server.trace_connection(py, this.client.clone_ref(py), false);
+        if let Some(token) = this.front_token {
+            HttpServer::tell_front(this.server.bind(py), token, DONE_CLOSED)?;
+        }
+        for (fut, value) in resolve {
+            let fut = fut.bind(py);
+            if !fut.call_method0(intern!(py, "done"))?.is_truthy()? {
+                fut.call_method1(intern!(py, "set_result"), (value,))?;
+            }
+        }
+        unregistered
+    }
+}
+
+/// `{"type": "http.response.start", "status": 503}`, with a text body's field.
+fn unavailable(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let msg = PyDict::new(py);
+    msg.set_item(intern!(py, "type"), intern!(py, "http.response.start"))?;
+    msg.set_item(intern!(py, "status"), 503)?;
+    Ok(msg)
+}
+
+fn borrow_fields(fields: &[(Vec<u8>, Vec<u8>)]) -> Vec<(&[u8], &[u8])> {
+    fields
+        .iter()
+        .map(|(n, v)| (n.as_slice(), v.as_slice()))
+        .collect()
+}
+
+#[pymethods]
+impl H2Conn {
+    #[new]
+    fn py_new() -> PyResult<Self> {
+        Err(PyTypeError::new_err(
+            "Http2Connection objects are created by the server",
+        ))
+    }
+
+    /// Readiness of the socket: drive the connection.
+    fn __call__(slf: &Bound<'_, Self>, writable: &Bound<'_, PyBool>) -> PyResult<()> {
+        let _ = writable;
+        Self::drive(slf)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.server)?;
+        visit.call(&self.client)?;
+        if let Some(st) = self.state.try_borrow_for_gc() {
+            for s in st.streams.values() {
+                s.visit(&visit)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let dropped = self
+            .state
+            .try_borrow_for_gc()
+            .map(|mut st| std::mem::take(&mut st.streams));
+        drop(dropped);
+    }
+}
