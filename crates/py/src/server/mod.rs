@@ -903,7 +903,9 @@ impl HttpServer {
         let this = slf.get();
         {
             let st = this.state.borrow(py)?;
-            if st.sweep.is_some() || (st.shutting_down && st.conns.is_empty()) {
+            if st.sweep.is_some()
+                || (st.shutting_down && st.conns.is_empty() && st.h2_conns.is_empty())
+            {
                 return Ok(());
             }
         }

@@ -62,6 +62,9 @@ const MAX_CONCURRENT_STREAMS: u32 = 200;
 const STREAM_WINDOW: u32 = 256 * 1024;
 /// The connection's receive window, shared by its streams.
 const CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// How long a closing connection reads and drops input (`H2State::lingering`), as the
+/// HTTP/1.1 side's `LINGER`.
+const LINGER: f64 = super::conn::LINGER;
 /// Rounds of a drive before it yields to the loop (a drive ends when nothing was woken).
 const DRIVE_ROUNDS: usize = 64;
 
@@ -233,6 +236,11 @@ struct H2State {
     closed: bool,
     /// A drive is queued for the end of the running batch.
     drive_queued: bool,
+    /// `h2` is done with the connection (its last frames written, the write side shut) and
+    /// input is read and dropped until the peer closes or this deadline passes (`LINGER`):
+    /// closing with unread input would reset the connection and could destroy the GOAWAY
+    /// before the peer reads it.
+    lingering: Option<f64>,
     /// Since when the connection has had no stream (`INFINITY` while it has one): past
     /// `--timeout-keep-alive` it is shut down gracefully (`check_idle`).
     idle_since: f64,
@@ -345,6 +353,7 @@ impl H2Conn {
                     writing: false,
                     closed: false,
                     drive_queued: false,
+                    lingering: None,
                     idle_since: ferroloop_core::clock::monotonic(),
                 }),
             },
@@ -370,7 +379,7 @@ impl H2Conn {
             let mut fx = Fx::default();
             {
                 let mut st = this.state.borrow(py)?;
-                if st.closed {
+                if st.closed || st.lingering.is_some() {
                     return Ok(());
                 }
                 this.woken.conn.store(false, Ordering::Relaxed);
@@ -499,6 +508,7 @@ impl H2Conn {
             let fields = borrow_fields(&fields);
             stream.send_head(true, &fields);
             stream.finish_unsent();
+            stream.discard_body();
         } else {
             fx.starts.push((id, scope.unbind(), facts.forwarded));
         }
@@ -539,7 +549,7 @@ impl H2Conn {
             }
         }
         if fx.close {
-            Self::close_now(slf)?;
+            Self::linger(slf)?;
         } else {
             if let Some(on) = fx.writing {
                 Self::register(slf, true, on)?;
@@ -774,6 +784,7 @@ impl H2Conn {
                             .push((s.method.clone_ref(py), s.path.clone_ref(py), 500));
                     }
                 }
+                s.discard_body();
                 if s.over() {
                     st.streams.remove(&id);
                 }
@@ -790,7 +801,14 @@ impl H2Conn {
         let keep_alive = slf.get().server.bind(py).get().opts().timeout_keep_alive;
         let idle = {
             let mut st = slf.get().state.borrow(py)?;
-            let idle = !st.closed && st.streams.is_empty() && now - st.idle_since > keep_alive;
+            if st.lingering.is_some_and(|deadline| now > deadline) {
+                drop(st);
+                return Self::close_now(slf);
+            }
+            let idle = !st.closed
+                && st.lingering.is_none()
+                && st.streams.is_empty()
+                && now - st.idle_since > keep_alive;
             if idle {
                 // Once: the shutdown's own exchange (a PING, the last GOAWAY) runs from here.
                 st.idle_since = f64::INFINITY;
@@ -821,6 +839,76 @@ impl H2Conn {
             return Self::close_now(slf);
         }
         Self::drive(slf)
+    }
+
+    /// `h2` is done: the streams are told, and the connection reads and drops input until the
+    /// peer closes (or `LINGER` passes: `check_idle`), then closes. At once if the peer has.
+    fn linger(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let mut resolve = Vec::new();
+        let (read, write) = {
+            let mut st = this.state.borrow(py)?;
+            if st.closed || st.lingering.is_some() {
+                return Ok(());
+            }
+            if this.flags.eof.load(Ordering::Relaxed) {
+                drop(st);
+                return Self::close_now(slf);
+            }
+            st.lingering = Some(ferroloop_core::clock::monotonic() + LINGER);
+            for s in st.streams.values_mut() {
+                s.connection_gone(py, &mut resolve)?;
+            }
+            st.streams.clear();
+            (
+                !std::mem::replace(&mut st.reading, true),
+                std::mem::replace(&mut st.writing, false),
+            )
+        };
+        // SAFETY: shutdown of our open socket (`h2` may have shut its write side already); a
+        // failure (the peer is gone) is seen by the next read.
+        unsafe { libc::shutdown(this.fd, libc::SHUT_WR) };
+        if read {
+            Self::register(slf, false, true)?;
+        }
+        if write {
+            Self::register(slf, true, false)?;
+        }
+        for (fut, value) in resolve {
+            let fut = fut.bind(py);
+            if !fut.call_method0(intern!(py, "done"))?.is_truthy()? {
+                fut.call_method1(intern!(py, "set_result"), (value,))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Readiness of the socket, either way: drive `h2` (or drain a lingering close).
+    fn on_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let lingering = slf.get().state.borrow(slf.py())?.lingering.is_some();
+        if lingering {
+            return Self::drain_lingering(slf);
+        }
+        Self::drive(slf)
+    }
+
+    /// Lingering: drops what the peer sent; closes at its end of input (or an error).
+    fn drain_lingering(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let mut sink = [0u8; 4096];
+        loop {
+            // SAFETY: `sink` is valid for writes of its length.
+            let n = unsafe { libc::recv(slf.get().fd, sink.as_mut_ptr().cast(), sink.len(), 0) };
+            if n > 0 {
+                continue;
+            }
+            let again =
+                n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock;
+            if again {
+                return Ok(());
+            }
+            return Self::close_now(slf);
+        }
     }
 
     /// Closes at once: out of the poller, fd closed, every waiting stream told.
@@ -899,7 +987,7 @@ impl H2Conn {
     /// Readiness of the socket: drive the connection.
     fn __call__(slf: &Bound<'_, Self>, writable: &Bound<'_, PyBool>) -> PyResult<()> {
         let _ = writable;
-        Self::drive(slf)
+        Self::on_ready(slf)
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
@@ -921,3 +1009,9 @@ impl H2Conn {
         drop(dropped);
     }
 }
+
+// `Http2Connection.__call__(writable)`, called directly by the loop (`native_call.rs`).
+crate::native_call::native_call!(H2Conn, |slf, arg| {
+    arg?.cast::<PyBool>().ok()?;
+    Some(Self::on_ready(slf))
+});

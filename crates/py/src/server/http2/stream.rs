@@ -35,6 +35,10 @@ const WRITE_HIGH: usize = 64 * 1024;
 const WRITE_LOW: usize = 16 * 1024;
 /// At most this many buffered body bytes go into one `http.request` message.
 const RECEIVE_MAX: usize = 64 * 1024;
+/// A request body the app left unread is read and dropped after the response, up to this many
+/// bytes (so `h2` still checks it, a `content-length` that disagrees included); past it the
+/// stream is reset with `NO_ERROR` (RFC 9113 §8.1: the client may stop sending).
+const DISCARD_MAX: usize = 256 * 1024;
 
 /// Header fields HTTP/2 forbids (RFC 9113 §8.2.2): dropped from an app's response.
 const CONNECTION_SPECIFIC: &[&[u8]] = &[
@@ -70,6 +74,8 @@ pub(super) struct Stream {
     ended: bool,
     pending: VecDeque<Bytes>,
     pending_len: usize,
+    /// Bytes of an unread request body dropped after the response (`discard_body`).
+    discarded: usize,
     pub(super) task_done: bool,
     /// For the access log and the request counters.
     pub(super) method: Py<PyString>,
@@ -113,6 +119,7 @@ impl Stream {
             ended: false,
             pending: VecDeque::new(),
             pending_len: 0,
+            discarded: 0,
             task_done: false,
             method,
             path,
@@ -126,9 +133,44 @@ impl Stream {
         self.finished = true;
     }
 
-    /// The stream can leave the connection's map.
+    /// The stream can leave the connection's map: the app is done and so is the exchange
+    /// (the response ended and the request too, or the stream is reset).
     pub(super) fn over(&self) -> bool {
-        self.task_done && (self.ended || self.gone)
+        self.task_done && (self.gone || (self.ended && self.body_done))
+    }
+
+    /// After the response ended and the app's task is done: reads and drops the rest of an
+    /// unread request body (`DISCARD_MAX` at most, then a reset).
+    pub(super) fn discard_body(&mut self) {
+        if !self.task_done || !self.ended || self.body_done || self.gone {
+            return;
+        }
+        let waker = self.waker.clone();
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            match self.recv.poll_data(&mut cx) {
+                Poll::Ready(Some(Ok(data))) => {
+                    let _ = self.recv.flow_control().release_capacity(data.len());
+                    self.discarded += data.len();
+                    if self.discarded > DISCARD_MAX {
+                        if let Some(send) = self.send.as_mut() {
+                            send.send_reset(h2::Reason::NO_ERROR);
+                        }
+                        self.gone = true;
+                        return;
+                    }
+                }
+                Poll::Ready(Some(Err(_))) => {
+                    self.gone = true;
+                    return;
+                }
+                Poll::Ready(None) => {
+                    self.body_done = true;
+                    return;
+                }
+                Poll::Pending => return,
+            }
+        }
     }
 
     /// The next `http.request` / `http.disconnect` message, or `None` if the app must wait.
@@ -391,6 +433,7 @@ impl Stream {
                 resolve.push((f, msg));
             }
         }
+        self.discard_body();
         Ok(())
     }
 
