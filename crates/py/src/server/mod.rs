@@ -672,6 +672,15 @@ impl HttpServer {
         }
     }
 
+    /// Graceful shutdown (GOAWAY) of every HTTP/2 connection: kept here for good behind the
+    /// front, they drain here when the front does.
+    pub(super) fn shutdown_h2(slf: &Bound<'_, Self>) -> PyResult<()> {
+        for conn in slf.get().h2_conns(slf.py())? {
+            H2Conn::shutdown(conn.bind(slf.py()))?;
+        }
+        Ok(())
+    }
+
     /// The HTTP/2 connections now open.
     fn h2_conns(&self, py: Python<'_>) -> PyResult<Vec<Py<H2Conn>>> {
         let st = self.state.borrow(py)?;
