@@ -12,6 +12,11 @@
 //! connection, then services the streams that were woken, and goes round again while
 //! anything was woken meanwhile. No thread, no timer, no runtime.
 //!
+//! Files: this one, the connection (adoption, the drive, closing, lingering); `mode.rs`
+//! (`--http`, telling HTTP/2 from HTTP/1.1); `io.rs` (the socket for `h2`); `wake.rs` (the
+//! wakers); `app.rs` (the app's `receive`/`send` and task); `stream.rs` (one stream);
+//! `scope.rs` (its scope).
+//!
 //! Ownership and invariants:
 //! - An HTTP/1.1 `Conn` becomes HTTP/2 before its first request (`adopt`): it gives up its fd,
 //!   the bytes it read and its TLS session, and leaves the server's `conns`; the `H2Conn` joins
@@ -21,38 +26,45 @@
 //!   writer while a write is blocked.
 //! - State is borrowed only between calls into Python: futures are resolved, apps started
 //!   and logs written after the borrow ends (`Fx`).
+//! - Once `h2` is done with the connection it lingers (`lingering`): input is read and dropped
+//!   until the peer closes or `LINGER` passes, so a reset cannot destroy the last GOAWAY.
 
+mod app;
 mod io;
+mod mode;
 mod scope;
 mod stream;
+mod wake;
 
 use std::collections::HashMap;
 use std::future::Future as _;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use ferroloop_core::front::DONE_CLOSED;
 use ferroloop_core::tls::TlsConn;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyString};
+use pyo3::types::{PyBool, PyDict, PyString};
 use pyo3::PyTraverseError;
 
-pub(crate) use io::{preface, Preface};
+pub(super) use mode::detect;
+pub(crate) use mode::HttpMode;
 pub use stream::H2Cycle;
 
-use super::conn::{Conn, ConnState, Effects, Phase};
+use super::conn::{Conn, Phase};
 use super::HttpServer;
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
 use io::{IoFlags, SocketIo};
-use stream::{Sent, Stream};
+use stream::Stream;
+use wake::{ConnWake, StreamWake, Woken};
 
 /// Streams a client may open at once (SETTINGS_MAX_CONCURRENT_STREAMS; RFC 9113 §6.5.2
 /// recommends at least 100, hyper's server default is 200, granian's 200).
@@ -67,149 +79,6 @@ const CONNECTION_WINDOW: u32 = 1024 * 1024;
 const LINGER: f64 = super::conn::LINGER;
 /// Rounds of a drive before it yields to the loop (a drive ends when nothing was woken).
 const DRIVE_ROUNDS: usize = 64;
-
-/// Which protocols the server speaks (`--http`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HttpMode {
-    pub h1: bool,
-    pub h2: bool,
-}
-
-impl HttpMode {
-    /// `"auto"` (HTTP/1.1 and HTTP/2), `"1"`, `"2"`. A WSGI app is served HTTP/1.1 only
-    /// (`auto` means `1` for it): its streams are not implemented over HTTP/2 yet.
-    pub(crate) fn parse(value: &str, wsgi: bool) -> PyResult<Self> {
-        match value {
-            "auto" => Ok(Self {
-                h1: true,
-                h2: !wsgi,
-            }),
-            "2" if wsgi => Err(PyValueError::new_err(
-                "--http 2 needs an ASGI app: WSGI over HTTP/2 is not implemented yet \
-                 (use --http auto or 1)",
-            )),
-            "1" => Ok(Self {
-                h1: true,
-                h2: false,
-            }),
-            "2" => Ok(Self {
-                h1: false,
-                h2: true,
-            }),
-            other => Err(PyValueError::new_err(format!(
-                "http must be 'auto', '1' or '2', not {other:?}"
-            ))),
-        }
-    }
-
-    /// The ALPN protocols a TLS server offers, in its order of preference.
-    pub(crate) fn alpn(self) -> Vec<Vec<u8>> {
-        let mut protocols = Vec::new();
-        if self.h2 {
-            protocols.push(b"h2".to_vec());
-        }
-        if self.h1 {
-            protocols.push(b"http/1.1".to_vec());
-        }
-        protocols
-    }
-}
-
-/// `Conn::idle_step` before a connection's first request: `true` when it must not parse an
-/// HTTP/1.1 head, because the connection is HTTP/2 (`fx.h2` is set: it becomes an `H2Conn`) or
-/// too few bytes have come to tell.
-pub(super) fn detect(mode: HttpMode, st: &ConnState, fx: &mut Effects) -> bool {
-    match wanted(mode, st) {
-        Preface::No => false,
-        Preface::Partial => true,
-        Preface::Yes => {
-            fx.h2 = true;
-            true
-        }
-    }
-}
-
-/// Whether an HTTP/1.1 connection before its first request is HTTP/2: by ALPN under TLS,
-/// else by its first bytes. `Partial`: too few bytes yet.
-fn wanted(mode: HttpMode, st: &ConnState) -> Preface {
-    if !mode.h2 {
-        return Preface::No;
-    }
-    if !mode.h1 {
-        return Preface::Yes;
-    }
-    if let Some(tls) = st.tls.as_deref() {
-        if tls.alpn_protocol() == Some(&b"h2"[..]) {
-            return Preface::Yes;
-        }
-    }
-    match preface(&st.rbuf[st.rpos..]) {
-        Preface::Partial if st.eof => Preface::No,
-        p => p,
-    }
-}
-
-/// What woke since the last look: the connection, and which streams.
-#[derive(Default)]
-struct Woken {
-    conn: AtomicBool,
-    streams: Mutex<Vec<u32>>,
-}
-
-impl Woken {
-    fn take_streams(&self) -> Vec<u32> {
-        let mut ids = std::mem::take(
-            &mut *self
-                .streams
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        ids.sort_unstable();
-        ids.dedup();
-        ids
-    }
-
-    fn any(&self) -> bool {
-        self.conn.load(Ordering::Relaxed)
-            || !self
-                .streams
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .is_empty()
-    }
-}
-
-struct ConnWake(Arc<Woken>);
-
-impl Wake for ConnWake {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.conn.store(true, Ordering::Relaxed);
-    }
-}
-
-struct StreamWake {
-    woken: Arc<Woken>,
-    id: u32,
-}
-
-impl Wake for StreamWake {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let mut ids = self
-            .woken
-            .streams
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        ids.push(self.id);
-    }
-}
 
 type Handshake = h2::server::Handshake<SocketIo, Bytes>;
 type Connection = h2::server::Connection<SocketIo, Bytes>;
@@ -570,48 +439,6 @@ impl H2Conn {
         Ok(())
     }
 
-    fn start_app(
-        slf: &Bound<'_, Self>,
-        id: u32,
-        scope: &Bound<'_, PyDict>,
-        forwarded: bool,
-    ) -> PyResult<()> {
-        let py = slf.py();
-        let server = slf.get().server.bind(py).get();
-        let cycle = Bound::new(
-            py,
-            H2Cycle {
-                conn: slf.clone().unbind(),
-                id,
-            },
-        )?;
-        let receive = cycle.getattr(intern!(py, "receive"))?;
-        let send = cycle.getattr(intern!(py, "send"))?;
-        let core = server.loop_core().bind(py);
-        let native = server.native_tasks(core)?;
-        let started = server
-            .app_for(forwarded)
-            .bind(py)
-            .call1((scope, receive, send))
-            .and_then(|coro| {
-                let context = server.task_context(py)?;
-                let name = server.task_name(py)?;
-                LoopCore::create_task_as(core, &coro, Some(name.as_any()), Some(&context), native)
-            });
-        match started {
-            Ok(task) => {
-                let task = task.bind(py);
-                server.task_started(py, task)?;
-                task.call_method1(intern!(py, "add_done_callback"), (cycle,))?;
-                Ok(())
-            }
-            Err(e) => {
-                let exc = e.into_value(py).into_any();
-                Self::app_finished(slf, id, Some(exc.bind(py)), false)
-            }
-        }
-    }
-
     /// Asks for a drive when the running batch ends (once per batch), or drives now outside
     /// one: what an app sent or read changed what `h2` has to write.
     fn want_drive(slf: &Bound<'_, Self>) -> PyResult<()> {
@@ -638,160 +465,6 @@ impl H2Conn {
         let slf = target.cast::<Self>()?;
         slf.get().state.borrow(slf.py())?.drive_queued = false;
         Self::drive(slf)
-    }
-
-    pub(super) fn receive(slf: &Bound<'_, Self>, id: u32) -> PyResult<Py<PyAny>> {
-        let py = slf.py();
-        let this = slf.get();
-        let got = {
-            let mut st = this.state.borrow(py)?;
-            match st.streams.get_mut(&id) {
-                None => Some(super::scope::disconnect_message(py)?.into_any().unbind()),
-                Some(s) => {
-                    if s.receive_waiter.is_some() {
-                        return Err(PyRuntimeError::new_err(
-                            "receive() called while another receive() of this request waits",
-                        ));
-                    }
-                    s.next_message(py)?
-                }
-            }
-        };
-        let result = if let Some(msg) = got {
-            super::conn::ready(py, msg)?
-        } else {
-            let core = this.server.bind(py).get().loop_core().bind(py);
-            let fut = LoopCore::create_future(core)?;
-            let mut st = this.state.borrow(py)?;
-            let Some(s) = st.streams.get_mut(&id) else {
-                let msg = super::scope::disconnect_message(py)?;
-                return super::conn::ready(py, msg.into_any().unbind());
-            };
-            s.receive_waiter = Some(fut.clone_ref(py));
-            fut
-        };
-        // Body bytes given to the app free window space: `h2` has a WINDOW_UPDATE to send.
-        Self::want_drive(slf)?;
-        Ok(result)
-    }
-
-    pub(super) fn send(
-        slf: &Bound<'_, Self>,
-        id: u32,
-        message: &Bound<'_, PyDict>,
-    ) -> PyResult<Py<PyAny>> {
-        let py = slf.py();
-        let this = slf.get();
-        let typ = message
-            .get_item(intern!(py, "type"))?
-            .ok_or_else(|| PyTypeError::new_err("ASGI message without 'type'"))?;
-        let typ = typ.cast::<PyString>()?.to_str()?.to_owned();
-        let mut fx = Fx::default();
-        let sent = {
-            let mut st = this.state.borrow(py)?;
-            let Some(s) = st.streams.get_mut(&id) else {
-                return Err(PyRuntimeError::new_err(
-                    "send() on a request whose stream is over",
-                ));
-            };
-            match typ.as_str() {
-                "http.response.start" => {
-                    s.start(py, message)?;
-                    Sent::Done
-                }
-                "http.response.body" => {
-                    let body = message.get_item(intern!(py, "body"))?;
-                    let more = match message.get_item(intern!(py, "more_body"))? {
-                        Some(m) => m.is_truthy()?,
-                        None => false,
-                    };
-                    let bytes = match &body {
-                        None => Bytes::new(),
-                        Some(b) => match b.cast::<PyBytes>() {
-                            Ok(b) => Bytes::copy_from_slice(b.as_bytes()),
-                            Err(_) => Bytes::from(b.extract::<Vec<u8>>()?),
-                        },
-                    };
-                    let fields = this.fields(py);
-                    let fields = borrow_fields(&fields);
-                    let core = this.server.bind(py).get().loop_core().bind(py);
-                    let sent = s.body(core, bytes, more, &fields)?;
-                    if !more {
-                        let server = this.server.bind(py).get();
-                        server.response_done(py, s.method_index, s.status, s.started_at);
-                        fx.access
-                            .push((s.method.clone_ref(py), s.path.clone_ref(py), s.status));
-                        if let Some(f) = s.receive_waiter.take() {
-                            let msg = super::scope::disconnect_message(py)?;
-                            fx.resolve.push((f, msg.into_any().unbind()));
-                        }
-                    }
-                    sent
-                }
-                other => {
-                    return Err(PyRuntimeError::new_err(format!(
-                        "ASGI message type {other:?} is not served over HTTP/2 yet"
-                    )))
-                }
-            }
-        };
-        Self::apply(slf, fx)?;
-        Self::want_drive(slf)?;
-        match sent {
-            Sent::Done => super::conn::ready_none(py),
-            Sent::Wait(fut) => Ok(fut),
-        }
-    }
-
-    /// The app's task ended: its exception is logged, an unfinished response answered (500)
-    /// or reset.
-    pub(super) fn app_finished(
-        slf: &Bound<'_, Self>,
-        id: u32,
-        exc: Option<&Bound<'_, PyAny>>,
-        cancelled: bool,
-    ) -> PyResult<()> {
-        let py = slf.py();
-        let this = slf.get();
-        let mut fx = Fx::default();
-        if let Some(e) = exc {
-            fx.logs.push((
-                "Exception in ASGI application\n".into(),
-                Some(e.clone().unbind()),
-            ));
-        }
-        let returned = exc.is_none() && !cancelled;
-        {
-            let mut st = this.state.borrow(py)?;
-            if let Some(s) = st.streams.get_mut(&id) {
-                s.task_done = true;
-                if !s.gone && !s.finished {
-                    if returned {
-                        let what = if s.started {
-                            "ASGI callable returned without completing response."
-                        } else {
-                            "ASGI callable returned without starting response."
-                        };
-                        fx.logs.push((what.into(), None));
-                    }
-                    let was_started = s.started;
-                    let fields = this.fields(py);
-                    s.abandon(&borrow_fields(&fields));
-                    if !was_started {
-                        let server = this.server.bind(py).get();
-                        server.response_done(py, s.method_index, 500, s.started_at);
-                        fx.access
-                            .push((s.method.clone_ref(py), s.path.clone_ref(py), 500));
-                    }
-                }
-                s.discard_body();
-                if s.over() {
-                    st.streams.remove(&id);
-                }
-            }
-        }
-        Self::apply(slf, fx)?;
-        Self::want_drive(slf)
     }
 
     /// The server's sweep: a connection without streams for `--timeout-keep-alive` seconds is
