@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::handoff::{channel_pair, send_datagram};
+use crate::http::H2_PREFACE;
 
 fn config() -> Config {
     Config {

@@ -46,31 +46,6 @@ pub(super) struct IoFlags {
     pub(super) write_blocked: AtomicBool,
 }
 
-/// How the first bytes of a connection compare with the HTTP/2 connection preface.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use]
-pub(crate) enum Preface {
-    /// They are the preface (HTTP/2 with prior knowledge).
-    Yes,
-    /// They start it but are too few to tell: wait for more.
-    Partial,
-    /// Anything else (an HTTP/1.1 request).
-    No,
-}
-
-pub(crate) use ferroloop_core::http::H2_PREFACE as PREFACE;
-
-pub(crate) fn preface(input: &[u8]) -> Preface {
-    let n = input.len().min(PREFACE.len());
-    if input[..n] != PREFACE[..n] {
-        Preface::No
-    } else if n < PREFACE.len() {
-        Preface::Partial
-    } else {
-        Preface::Yes
-    }
-}
-
 impl SocketIo {
     pub(super) fn new(
         fd: RawFd,
@@ -285,23 +260,5 @@ impl SocketIo {
             return Poll::Ready(Err(e));
         }
         Poll::Ready(Ok(took))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{preface, Preface, PREFACE};
-
-    #[test]
-    fn preface_is_told_from_http1_at_every_length() {
-        for n in 0..PREFACE.len() {
-            assert_eq!(preface(&PREFACE[..n]), Preface::Partial, "{n} bytes");
-        }
-        assert_eq!(preface(PREFACE), Preface::Yes);
-        let mut more = PREFACE.to_vec();
-        more.extend_from_slice(b"\x00\x00\x00\x04");
-        assert_eq!(preface(&more), Preface::Yes);
-        assert_eq!(preface(b"GET / HTTP/1.1\r\n"), Preface::No);
-        assert_eq!(preface(b"PRI * HTTP/1.1\r\n"), Preface::No);
     }
 }

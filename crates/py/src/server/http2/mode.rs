@@ -4,8 +4,8 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use super::io::{preface, Preface};
 use crate::server::conn::{ConnState, Effects};
+use ferroloop_core::http::{h2_preface as preface, Preface};
 
 /// Which protocols the server speaks (`--http`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
