@@ -11,7 +11,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv build build-examples bench-wake run run-echo bench-http bench-wsgi bench-tls bench-ws bench-workers bench-isolation bench-instructions test test-py312 test-py313 test-py314 test-py315 test-portable test-rust test-python test-cpython test-cpython-asyncio-task record-cpython test-uvicorn lint fmt stubtest bench fuzz clean
+.PHONY: help venv build build-examples bench-wake run run-echo bench-http bench-wsgi bench-tls bench-ws bench-workers bench-isolation bench-instructions test test-py312 test-py313 test-py314 test-py315 test-portable test-rust test-python test-cpython test-cpython-asyncio-task record-cpython test-uvicorn test-h2spec lint fmt stubtest bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -19,7 +19,7 @@ help: ## List the targets
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" ruff mypy httpx fastapi starlette \
+	$(PIP) install -q "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" ruff mypy "httpx[http2]" fastapi starlette \
 		aiohttp websockets anyio trustme gunicorn flask django prometheus_client
 	touch $(STAMP)
 
@@ -70,6 +70,9 @@ test-py315: ## The same under CPython 3.15 (a release candidate, 3.15.0rc2; buil
 
 test-portable: build build-examples ## Our pytest suite with every CPython loan's fallback forced (FERROLOOP_PORTABLE=1)
 	FERROLOOP_PORTABLE=1 $(PY) -m pytest -q
+
+test-h2spec: build ## h2spec (HTTP/2 conformance) on h2c and TLS; installs h2spec with go once; fails below tests/external/h2spec/baseline.json
+	$(PY) tests/external/h2spec/run.py --check
 
 test-uvicorn: ## uvicorn's own test suite on asyncio and on ferroloop; fails on a regression
 	$(PYTHON) tests/external/uvicorn/run.py --check

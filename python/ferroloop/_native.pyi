@@ -18,6 +18,8 @@ __all__ = [
     "DatagramCore",
     "FrontBoard",
     "Handle",
+    "Http2Connection",
+    "Http2Cycle",
     "HttpServer",
     "LoopCore",
     "Ready",
@@ -298,7 +300,7 @@ class FrontBoard:
 
 @final
 class HttpServer:
-    """The native HTTP/1.1 server of one listening socket, on one ferroloop loop."""
+    """The native HTTP/1.1 and HTTP/2 server of one listening socket, on one ferroloop loop."""
 
     def __new__(
         cls,
@@ -342,6 +344,7 @@ class HttpServer:
         bulk_body: int = 1048576,
         board: FrontBoard | None = None,
         seat: int = 0,
+        http: str = "auto",
     ) -> HttpServer: ...
     def start(self) -> None: ...
     def close(self) -> None: ...
@@ -362,6 +365,16 @@ class Connection:
 
 @final
 class RequestCycle:
+    def receive(self) -> Any: ...
+    def send(self, message: dict[str, Any]) -> Any: ...
+    def __call__(self, task: Any) -> None: ...
+
+@final
+class Http2Connection:
+    def __call__(self, writable: bool) -> None: ...
+
+@final
+class Http2Cycle:
     def receive(self) -> Any: ...
     def send(self, message: dict[str, Any]) -> Any: ...
     def __call__(self, task: Any) -> None: ...

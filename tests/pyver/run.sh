@@ -77,7 +77,7 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
     "$VENV/bin/pip" install -q --upgrade pip
-    "$VENV/bin/pip" install -q "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" httpx fastapi \
+    "$VENV/bin/pip" install -q "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" "httpx[http2]" fastapi \
         starlette aiohttp websockets anyio trustme gunicorn flask django
 fi
 # Test dependencies added after a venv was made.

@@ -149,8 +149,12 @@ def test_get_over_https_sees_scheme_https(server, tls):
 
 
 @pytest.mark.ferroloop_only(reason="uvicorn's ssl context sets no ALPN protocols (selects none)")
-def test_alpn_selects_http11_when_the_client_also_offers_h2(server, tls, tls_connect):
+def test_alpn_selects_h2_first_then_http11(server, tls, tls_connect):
+    # HTTP/2 is served (--http auto): a client offering both gets h2 (tests/server/test_http2.py
+    # speaks it); one offering only HTTP/1.1 gets that.
     connection = tls_connect(server, tls.client_context(alpn=["h2", "http/1.1"]))
+    assert connection.sock.selected_alpn_protocol() == "h2"
+    connection = tls_connect(server, tls.client_context(alpn=["http/1.1"]))
     assert connection.sock.selected_alpn_protocol() == "http/1.1"
     assert connection.request("GET", "/hello").body == b"hello, world"
 

@@ -336,6 +336,19 @@ def test_uvicorn_only_options_warn(caplog):
     assert "loop='uvloop' is a uvicorn option that ferroloop ignores" in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("given", "served"),
+    [(None, "auto"), ("auto", "auto"), ("1", "1"), ("2", "2"), ("h11", "1"), ("httptools", "1")],
+)
+def test_http_option_names_the_protocols(given, served):
+    assert config("m:app", http=given).http_server_options()["http"] == served
+
+
+def test_http_option_refuses_unknown_values():
+    with pytest.raises(ValueError, match="http='3'"):
+        config("m:app", http="3")
+
+
 def test_http_server_options():
     cfg = config(
         "m:app",
@@ -367,6 +380,7 @@ def test_http_server_options():
         "ws_ping_interval": 20.0,
         "ws_ping_timeout": 20.0,
         "ws_per_message_deflate": True,
+        "http": "auto",
     }
     cfg = config(
         "m:app",

@@ -228,6 +228,11 @@ impl TlsConn {
         }
     }
 
+    /// The protocol the client and server agreed on by ALPN (`h2`, `http/1.1`), if any.
+    pub fn alpn_protocol(&self) -> Option<&[u8]> {
+        self.conn.alpn_protocol()
+    }
+
     /// The handshake has not completed yet.
     pub fn is_handshaking(&self) -> bool {
         self.conn.is_handshaking()

@@ -49,6 +49,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<server::FrontBoard>()?;
     m.add_class::<server::Conn>()?;
     m.add_class::<server::Cycle>()?;
+    m.add_class::<server::H2Conn>()?;
+    m.add_class::<server::H2Cycle>()?;
     m.add_class::<server::Ready>()?;
     m.add_class::<server::WsgiPool>()?;
     m.add_class::<server::WsgiCall>()?;

@@ -26,7 +26,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::{PyClass, PyTypeInfo};
 
 use crate::handle::CallArgs;
-use crate::server::{Conn, Cycle, HttpServer};
+use crate::server::{Conn, Cycle, H2Conn, HttpServer};
 use crate::sock_ops::SocketOperation;
 use crate::transport::{DatagramCore, StreamCore};
 
@@ -40,6 +40,7 @@ static TABLE: PyOnceLock<Vec<(usize, NativeCall)>> = PyOnceLock::new();
 pub(crate) fn init(py: Python<'_>) {
     let table: Vec<(*mut ffi::PyTypeObject, NativeCall)> = vec![
         (Conn::type_object_raw(py), Conn::native_call),
+        (H2Conn::type_object_raw(py), H2Conn::native_call),
         (StreamCore::type_object_raw(py), StreamCore::native_call),
         (Cycle::type_object_raw(py), Cycle::native_call),
         (HttpServer::type_object_raw(py), HttpServer::native_call),

@@ -2,8 +2,9 @@
 
 Each option has uvicorn's name and default, so switching is changing the program's name; the
 ferroloop-only ones are the HTTP limits (``--timeout-header``, ``--limit-*``) and
-``--reuse-port``. uvicorn's ``--loop`` and ``--http`` are accepted and ignored (with a warning),
-so that existing command lines keep working; ``--ws`` picks between the native WebSocket
+``--reuse-port``. uvicorn's ``--loop`` is accepted and ignored (with a warning), so that existing
+command lines keep working; ``--http`` picks the protocols (``auto``: HTTP/1.1 and HTTP/2; its
+``h11`` and ``httptools`` mean HTTP/1.1 only); ``--ws`` picks between the native WebSocket
 implementation (``auto`` and uvicorn's implementation names) and ``none``. docs/server.md lists
 every option.
 """
@@ -276,8 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--ssl-ca-certs", default=None, help="TLS: CA file (PEM) that client certificates chain to")
     add("--ssl-ciphers", default="TLSv1", help="TLS: only the default is accepted (see docs)")
-    for name in ("--loop", "--http"):
-        add(name, default=None, help="uvicorn option, accepted and ignored")
+    add("--loop", default=None, help="uvicorn option, accepted and ignored")
+    add(
+        "--http",
+        default=None,
+        choices=["auto", "1", "2", "h11", "httptools"],
+        help="protocols: auto (HTTP/1.1, and HTTP/2 by its preface or TLS ALPN; the default), "
+        "1 (HTTP/1.1 only), 2 (HTTP/2 only); uvicorn's h11 and httptools mean 1",
+    )
     add("--version", action="store_true", help="print the version and exit")
     return parser
 

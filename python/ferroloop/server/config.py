@@ -230,14 +230,13 @@ class Config:
         # would pass through unchanged.
         self.plain_app: Any = None
         self._validate()
-        for name, value in (("loop", loop), ("http", http)):
-            if value not in (None, "auto", "none"):
-                logger.warning(
-                    "%s=%r is a uvicorn option that ferroloop ignores: the loop is always "
-                    "ferroloop's and HTTP/1.1 is always the native implementation.",
-                    name,
-                    value,
-                )
+        if loop not in (None, "auto", "none"):
+            logger.warning(
+                "loop=%r is a uvicorn option that ferroloop ignores: the loop is always "
+                "ferroloop's.",
+                loop,
+            )
+        self.http = _http_mode(http)
 
         self.configure_logging()
 
@@ -474,8 +473,27 @@ class Config:
             "ws_ping_interval": self.ws_ping_interval,
             "ws_ping_timeout": self.ws_ping_timeout,
             "ws_per_message_deflate": self.ws_per_message_deflate,
+            # A WSGI app is served HTTP/1.1 only (the native server reads auto so for it).
+            "http": self.http,
             **(self.tls_material or {}),
         }
+
+
+# --http: what ferroloop serves. uvicorn's HTTP/1.1 implementations (h11, httptools) are
+# read as "1": HTTP/1.1 only, served natively.
+_HTTP_MODES = {None: "auto", "auto": "auto", "1": "1", "2": "2", "h11": "1", "httptools": "1"}
+
+
+def _http_mode(http: str | None) -> str:
+    """``Config(http=...)`` as the native server's ``http``: ``auto`` (HTTP/1.1, and HTTP/2 by
+    its preface or by ALPN), ``1`` or ``2``."""
+    try:
+        return _HTTP_MODES[http]
+    except KeyError:
+        raise ValueError(
+            f"http={http!r}: expected 'auto' (HTTP/1.1 and HTTP/2), '1' (HTTP/1.1 only), "
+            "'2' (HTTP/2 only), or uvicorn's 'h11'/'httptools' (read as '1')"
+        ) from None
 
 
 # ssl_version (an ssl.PROTOCOL_* value) -> the TLS versions rustls enables.

@@ -22,7 +22,8 @@
 //!
 //! With TLS (`Config::place_at_accept`) the front cannot read a head: it hands each connection
 //! on when it is accepted, to a worker without bulk work holding the fewest connections, and
-//! that worker keeps it until it closes (a `Done`).
+//! that worker keeps it until it closes (a `Done`). An HTTP/2 connection with prior knowledge
+//! (its first bytes are `http::H2_PREFACE`) is handed on at once, kept by its worker the same way.
 //!
 //! Invariants:
 //! - Everything runs on one thread, the only one in its process; nothing blocks but
@@ -56,7 +57,8 @@ use crate::clock;
 use crate::handoff::{recv_datagram, ChannelIn, ChannelOut, Kind, Message, Peer};
 use crate::http::date::DateCache;
 use crate::http::{
-    error_response, parse_head, BodyKind, Head, Limits, ServerFields, HEAD_TIMED_OUT,
+    error_response, h2_preface, parse_head, BodyKind, Head, Limits, Preface, ServerFields,
+    HEAD_TIMED_OUT,
 };
 use crate::net;
 use crate::poller::{Events, Interest, Poller};
@@ -573,6 +575,19 @@ impl<'a> Front<'a> {
             if conn.eof {
                 self.close(slot);
             }
+            return;
+        }
+        // HTTP/2 with prior knowledge (its preface, whole or begun): no HTTP/1.1 head to read;
+        // the worker keeps the connection for its life, as a TLS one (`place_at_accept`).
+        let h2 = h2_preface(&conn.buf);
+        if h2 != Preface::No {
+            if h2 == Preface::Partial && !conn.eof {
+                return;
+            }
+            let conn = self.conns[slot].take().expect("checked above");
+            let _ = self.poller.delete(conn.fd.as_raw_fd());
+            self.free.push(slot);
+            self.hand(conn, false);
             return;
         }
         let bulk = match parse_head(&mut conn.buf, &self.config.limits, &mut self.head) {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::handoff::{channel_pair, send_datagram};
+use crate::http::H2_PREFACE;
 
 fn config() -> Config {
     Config {
@@ -465,4 +466,29 @@ fn with_place_at_accept_a_connection_is_handed_on_before_any_byte_to_a_worker_wi
     assert!(busy.nothing());
     send_control(&control, "drain 0", None);
     thread.join().unwrap();
+}
+
+#[test]
+fn an_h2c_preface_is_handed_on_whole_without_waiting_for_a_head() {
+    let front = start();
+    let mut worker = FakeWorker::add(&front.control, 1, "general");
+    let mut client = TcpStream::connect(front.addr).unwrap();
+    // The preface up to its blank line reads as a whole (bad) HTTP/1.1 head, which would go
+    // on at once to be refused: a begun preface waits for the rest instead.
+    client.write_all(&H2_PREFACE[..18]).unwrap();
+    assert!(worker.nothing());
+    // Whole, it goes on at once (no HTTP/1.1 head follows), with what came after it.
+    let mut rest = H2_PREFACE[18..].to_vec();
+    rest.extend_from_slice(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00");
+    client.write_all(&rest).unwrap();
+    let msg = worker.next();
+    assert_eq!(msg.kind, Kind::Conn);
+    assert!(msg.data.starts_with(H2_PREFACE));
+    // The worker keeps it (HTTP/2): it says `Done` when it closes it.
+    worker.out.push(Message::done(msg.token, DONE_CLOSED));
+    assert!(worker.out.flush(worker.chan.as_raw_fd()).unwrap());
+    drop(msg);
+    send_control(&front.control, "drain 5", None);
+    let stats = front.thread.join().unwrap();
+    assert_eq!((stats.accepted, stats.dispatched), (1, 1));
 }

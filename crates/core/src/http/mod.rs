@@ -45,6 +45,53 @@ pub use response::{
     RequestInfo, ServerFields,
 };
 
+/// RFC 9113 §3.4: the first bytes of an HTTP/2 connection with prior knowledge (h2c). The
+/// server tells it from an HTTP/1.1 request by them (`crates/py/src/server/http2/`), and the
+/// front places such a connection on a worker for its life.
+pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// How the first bytes of a connection compare with [`H2_PREFACE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Preface {
+    /// They are the preface (HTTP/2 with prior knowledge).
+    Yes,
+    /// They start it but are too few to tell: wait for more.
+    Partial,
+    /// Anything else (an HTTP/1.1 request).
+    No,
+}
+
+pub fn h2_preface(input: &[u8]) -> Preface {
+    let n = input.len().min(H2_PREFACE.len());
+    if input[..n] != H2_PREFACE[..n] {
+        Preface::No
+    } else if n < H2_PREFACE.len() {
+        Preface::Partial
+    } else {
+        Preface::Yes
+    }
+}
+
+#[cfg(test)]
+mod preface_tests {
+    use super::{h2_preface, Preface, H2_PREFACE};
+
+    #[test]
+    fn the_h2_preface_is_told_from_http1_at_every_length() {
+        for n in 0..H2_PREFACE.len() {
+            assert_eq!(h2_preface(&H2_PREFACE[..n]), Preface::Partial, "{n} bytes");
+        }
+        assert_eq!(h2_preface(H2_PREFACE), Preface::Yes);
+        let mut more = H2_PREFACE.to_vec();
+        more.extend_from_slice(b"\x00\x00\x00\x04");
+        assert_eq!(h2_preface(&more), Preface::Yes);
+        assert_eq!(h2_preface(b"GET / HTTP/1.1\r\n"), Preface::No);
+        assert_eq!(h2_preface(b"PRI * HTTP/1.1\r\n"), Preface::No);
+        assert_eq!(h2_preface(b"POST / HTTP/1.1\r\n"), Preface::No);
+    }
+}
+
 /// The protocol version of a request. Only HTTP/1.0 and HTTP/1.1 are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Version {

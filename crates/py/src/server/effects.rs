@@ -52,6 +52,8 @@ pub(super) struct Effects {
     pub(super) front_done: Option<(u64, u8)>,
     /// Bulk work started (`true`) or ended on this connection (`HttpServer::bulk_changed`).
     pub(super) bulk: Option<bool>,
+    /// The connection is HTTP/2 (its preface, or ALPN): it becomes an `H2Conn` (`http2/`).
+    pub(super) h2: bool,
 }
 
 impl Conn {
@@ -108,6 +110,9 @@ impl Conn {
         }
         if let Some(started) = fx.bulk {
             HttpServer::bulk_changed(this.server.bind(py), started)?;
+        }
+        if fx.h2 {
+            return super::http2::H2Conn::adopt(slf);
         }
         if fx.advance {
             Self::advance(slf)?;

@@ -121,10 +121,12 @@ impl HttpServer {
                         chan.draining = true;
                     }
                     // The front applies its drain rule to the idle connections; pinned ones
-                    // (TLS) drain here, by the same rule.
+                    // (TLS, HTTP/2) drain here, by the same rule (HTTP/2: GOAWAY).
                     Self::give_back_idle(slf)?;
                     if this.pins() {
                         Self::drain_connections(slf)?;
+                    } else {
+                        Self::shutdown_h2(slf)?;
                     }
                 }
                 Ok(Some(_)) => {}

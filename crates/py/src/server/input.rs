@@ -180,6 +180,13 @@ impl Conn {
         st: &mut ConnState,
         fx: &mut Effects,
     ) -> bool {
+        // Before the first request: HTTP/2's preface (or ALPN's `h2`) makes it an `H2Conn`.
+        if st.http.seq() == 0
+            && st.http.has_input()
+            && super::http2::detect(server.opts().http, st, fx)
+        {
+            return false;
+        }
         if st.http.has_input() && st.handoff.as_ref().is_some_and(Handoff::goes_back) {
             // On its way back to the front: the next request goes with it.
             fx.hand_back = true;

@@ -24,9 +24,11 @@ mod drain;
 mod effects;
 mod front;
 mod handoff;
+mod http2;
 mod input;
 mod output;
 pub use front::{run_front, FrontBoard};
+pub use http2::{H2Conn, H2Cycle};
 mod receive;
 mod respond;
 mod scope;
@@ -87,6 +89,8 @@ pub(crate) struct Options {
     pub bulk_body: u64,
     /// ... which this worker, a fast-lane one, gives back to the front.
     pub lane_fast: bool,
+    /// The protocols served (`--http`): HTTP/1.1, HTTP/2 (`http2/`), or both.
+    pub http: http2::HttpMode,
 }
 
 struct ServerState {
@@ -97,6 +101,8 @@ struct ServerState {
     accept_retry: Option<Py<PyAny>>,
     shutting_down: bool,
     conns: IntMap<RawFd, Py<Conn>>,
+    /// The HTTP/2 connections (`http2/`), once HTTP/1.1 connections that became HTTP/2.
+    h2_conns: IntMap<RawFd, Py<H2Conn>>,
     /// Running app tasks, by object address.
     tasks: IntMap<usize, Py<PyAny>>,
     /// Requests whose app start is queued (`Conn::start_pending`): counted with the tasks by
@@ -167,7 +173,7 @@ impl HttpServer {
         trace_connections=None, ws=true, ws_max_size=16_777_216, ws_max_queue=32,
         ws_ping_interval=Some(20.0), ws_ping_timeout=Some(20.0), ws_per_message_deflate=true, tls_cert=None, tls_key=None,
         tls_client_ca=None, tls_client_auth=0, tls_versions=None, handoff=false, server=None,
-        lane="general", bulk_body=1_048_576, board=None, seat=0))]
+        lane="general", bulk_body=1_048_576, board=None, seat=0, http="auto"))]
     #[allow(clippy::too_many_arguments)]
     #[allow(
         clippy::fn_params_excessive_bools,
@@ -214,7 +220,10 @@ impl HttpServer {
         bulk_body: u64,
         board: Option<PyRef<'_, FrontBoard>>,
         seat: usize,
+        http: &str,
     ) -> PyResult<Self> {
+        let is_wsgi = app.bind(py).cast::<WsgiPool>().is_ok();
+        let http = http2::HttpMode::parse(http, is_wsgi)?;
         let seat = board.map(|b| b.seat(seat)).transpose()?;
         let loop_ = r#loop.cast::<LoopCore>().map_err(|_| {
             PyTypeError::new_err("HttpServer needs a ferroloop loop (ferroloop.new_event_loop())")
@@ -239,7 +248,13 @@ impl HttpServer {
             tls_client_ca.as_deref(),
             tls_client_auth,
             tls_versions,
-        )?;
+        )?
+        .map(|config| {
+            // ALPN: `h2` first when HTTP/2 is served, then `http/1.1`.
+            let mut config = Arc::unwrap_or_clone(config);
+            config.alpn_protocols = http.alpn();
+            Arc::new(config)
+        });
         let fd: RawFd = sock.call_method0(intern!(py, "fileno"))?.extract()?;
         if fd < 0 {
             return Err(PyValueError::new_err("the listening socket is closed"));
@@ -291,12 +306,14 @@ impl HttpServer {
                 }),
                 bulk_body,
                 lane_fast: lane == "fast",
+                http,
             },
             state: LoopCell::new(ServerState {
                 listening: false,
                 accept_retry: None,
                 shutting_down: false,
                 conns: IntMap::default(),
+                h2_conns: IntMap::default(),
                 tasks: IntMap::default(),
                 starts_queued: 0,
                 requests: 0,
@@ -402,6 +419,9 @@ impl HttpServer {
         for conn in conns {
             Conn::check_deadline(conn.bind(py), now)?;
         }
+        for conn in slf.get().h2_conns(py)? {
+            H2Conn::check_idle(conn.bind(py), now)?;
+        }
         Self::schedule_sweep(slf)
     }
 
@@ -473,6 +493,9 @@ impl HttpServer {
         for conn in conns {
             Conn::close_now(conn.bind(py))?;
         }
+        for conn in slf.get().h2_conns(py)? {
+            H2Conn::close_now(conn.bind(py))?;
+        }
         for task in tasks {
             task.bind(py).call_method0(intern!(py, "cancel"))?;
         }
@@ -486,7 +509,9 @@ impl HttpServer {
     /// Open connections (and the channel to the front while it is open).
     #[getter]
     fn connections(&self, py: Python<'_>) -> PyResult<usize> {
-        let conns = self.state.borrow(py)?.conns.len();
+        let st = self.state.borrow(py)?;
+        let conns = st.conns.len() + st.h2_conns.len();
+        drop(st);
         Ok(conns + usize::from(self.channel_open(py)))
     }
 
@@ -567,6 +592,9 @@ impl HttpServer {
         for conn in conns {
             Conn::shutdown(conn.bind(py))?;
         }
+        for conn in slf.get().h2_conns(py)? {
+            H2Conn::shutdown(conn.bind(py))?;
+        }
         if let Some(timer) = sweep {
             timer.bind(py).call_method0(intern!(py, "cancel"))?;
         }
@@ -646,6 +674,31 @@ impl HttpServer {
             server: self.opts.server_header.then_some(b"ferroloop"),
             extra: &self.opts.extra_headers,
         }
+    }
+
+    /// Graceful shutdown (GOAWAY) of every HTTP/2 connection: kept here for good behind the
+    /// front, they drain here when the front does.
+    pub(super) fn shutdown_h2(slf: &Bound<'_, Self>) -> PyResult<()> {
+        for conn in slf.get().h2_conns(slf.py())? {
+            H2Conn::shutdown(conn.bind(slf.py()))?;
+        }
+        Ok(())
+    }
+
+    /// The HTTP/2 connections now open.
+    fn h2_conns(&self, py: Python<'_>) -> PyResult<Vec<Py<H2Conn>>> {
+        let st = self.state.borrow(py)?;
+        Ok(st.h2_conns.values().map(|c| c.clone_ref(py)).collect())
+    }
+
+    /// An HTTP/1.1 connection became the HTTP/2 connection `conn` (`http2::H2Conn::adopt`).
+    pub(crate) fn h2_opened(&self, py: Python<'_>, fd: RawFd, conn: Py<H2Conn>) -> PyResult<()> {
+        self.state.borrow(py)?.h2_conns.insert(fd, conn);
+        Ok(())
+    }
+
+    pub(crate) fn h2_closed(&self, py: Python<'_>, fd: RawFd) -> Option<Py<H2Conn>> {
+        self.state.borrow(py).ok()?.h2_conns.remove(&fd)
     }
 
     pub(crate) fn conn_closed(&self, py: Python<'_>, fd: RawFd) -> Option<Py<Conn>> {
@@ -863,7 +916,9 @@ impl HttpServer {
         let this = slf.get();
         {
             let st = this.state.borrow(py)?;
-            if st.sweep.is_some() || (st.shutting_down && st.conns.is_empty()) {
+            if st.sweep.is_some()
+                || (st.shutting_down && st.conns.is_empty() && st.h2_conns.is_empty())
+            {
                 return Ok(());
             }
         }

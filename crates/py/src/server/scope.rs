@@ -51,7 +51,7 @@ const METHODS: &[&str] = &[
 static HEADER_NAMES: PyOnceLock<Vec<Py<PyBytes>>> = PyOnceLock::new();
 static METHOD_NAMES: PyOnceLock<Vec<Py<PyString>>> = PyOnceLock::new();
 
-fn header_name<'py>(py: Python<'py>, name: &[u8]) -> Bound<'py, PyBytes> {
+pub(super) fn header_name<'py>(py: Python<'py>, name: &[u8]) -> Bound<'py, PyBytes> {
     let cache = HEADER_NAMES.get_or_init(py, || {
         COMMON_HEADERS
             .iter()
@@ -116,9 +116,9 @@ pub struct ScopeBase {
     pub state: Option<Py<PyDict>>,
     /// Every scope key in order, with the fixed values (`type`, `http_version` 1.1, `server`,
     /// `scheme`, `root_path`) and `None` for the others.
-    template: Py<PyDict>,
+    pub(super) template: Py<PyDict>,
     /// `{"version": "3.0", "spec_version": "2.4"}`.
-    asgi: Py<PyDict>,
+    pub(super) asgi: Py<PyDict>,
     /// The extension names, each with `None` (a fresh `{}` goes in per request).
     extensions: Py<PyDict>,
 }
