@@ -39,7 +39,7 @@
 //! - The cached bound method refers back to its loop. `LoopCore` visits and clears it in its GC
 //!   hooks, and `close()` drops it, so a loop is never kept alive by it.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_ulong, c_void};
 use std::mem::offset_of;
 use std::ptr;
 
@@ -363,8 +363,7 @@ pub(crate) fn wrap<'py>(
         let tp = descr.as_ptr().cast::<ffi::PyTypeObject>();
         (*tp).tp_vectorcall = Some(vectorcall);
         (*tp).tp_new = None;
-        (*tp).tp_flags |= ffi::Py_TPFLAGS_IMMUTABLETYPE;
-        (*tp).tp_flags &= !ffi::Py_TPFLAGS_BASETYPE;
+        change_flags(tp, ffi::Py_TPFLAGS_IMMUTABLETYPE, ffi::Py_TPFLAGS_BASETYPE);
         let doc = inner.getattr("__doc__")?;
         if ffi::PyDict_SetItemString((*tp).tp_dict, c"__doc__".as_ptr(), doc.as_ptr()) < 0 {
             return Err(PyErr::fetch(py));
@@ -383,4 +382,24 @@ pub(crate) fn wrap<'py>(
         ));
     }
     Ok(descr)
+}
+
+/// Sets the flags `set` and clears the flags `clear` of the type `tp` (its `tp_flags` is an
+/// atomic on free-threaded builds).
+///
+/// # Safety
+/// `tp` is a live type that no other code uses yet.
+unsafe fn change_flags(tp: *mut ffi::PyTypeObject, set: c_ulong, clear: c_ulong) {
+    // SAFETY: the caller's contract: nothing else reads or writes the flags meanwhile.
+    #[cfg(not(Py_GIL_DISABLED))]
+    unsafe {
+        (*tp).tp_flags = ((*tp).tp_flags | set) & !clear;
+    }
+    // SAFETY: as above; the atomic is only accessed through its methods.
+    #[cfg(Py_GIL_DISABLED)]
+    unsafe {
+        let flags = &(*tp).tp_flags;
+        flags.fetch_or(set, std::sync::atomic::Ordering::Relaxed);
+        flags.fetch_and(!clear, std::sync::atomic::Ordering::Relaxed);
+    }
 }
