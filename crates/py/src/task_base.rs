@@ -128,8 +128,13 @@ fn check_layout(py: Python<'_>) -> Result<(), String> {
     let tp = ty.as_type_ptr();
     // SAFETY: `tp` is a live type object (held by `TASK_TYPE`); its size fields are plain reads
     // with the GIL held, its flags read through the C API (an atomic on free-threaded builds).
-    let (basicsize, itemsize, flags) =
-        unsafe { ((*tp).tp_basicsize, (*tp).tp_itemsize, ffi::PyType_GetFlags(tp)) };
+    let (basicsize, itemsize, flags) = unsafe {
+        (
+            (*tp).tp_basicsize,
+            (*tp).tp_itemsize,
+            ffi::PyType_GetFlags(tp),
+        )
+    };
     let basetype = flags & ffi::Py_TPFLAGS_BASETYPE != 0;
     // SAFETY: as above.
     let dictoffset = unsafe { (*tp).tp_dictoffset };
