@@ -11,7 +11,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv build build-examples bench-wake run run-echo bench-http bench-wsgi bench-tls bench-ws bench-workers bench-isolation bench-instructions test test-py312 test-py313 test-py314 test-py315 test-portable test-rust test-python test-cpython test-cpython-asyncio-task record-cpython test-uvicorn test-h2spec lint fmt stubtest bench fuzz clean
+.PHONY: help venv build build-examples bench-wake run run-echo bench-http bench-wsgi bench-tls bench-ws bench-workers bench-isolation bench-instructions test test-py312 test-py313 test-py314 test-py315 test-py314t test-portable test-rust test-python test-cpython test-cpython-asyncio-task record-cpython test-uvicorn test-h2spec lint fmt stubtest bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -67,6 +67,9 @@ test-py314: ## Our tests and CPython 3.14's asyncio suite under CPython 3.14 (bu
 
 test-py315: ## The same under CPython 3.15 (a release candidate, 3.15.0rc2; built once from source)
 	tests/pyver/run.sh 3.15
+
+test-py314t: ## The same under free-threaded CPython 3.14.4 (--disable-gil; ferroloop turns the GIL on)
+	tests/pyver/run.sh 3.14t
 
 test-portable: build build-examples ## Our pytest suite with every CPython loan's fallback forced (FERROLOOP_PORTABLE=1)
 	FERROLOOP_PORTABLE=1 $(PY) -m pytest -q

@@ -24,9 +24,17 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
+
+# A free-threaded CPython (3.14t) allocates objects through its mimalloc heaps only and refuses
+# PYTHONMALLOC=malloc, so glibc's live bytes cannot count them: the measure does not exist there.
+pytestmark = pytest.mark.skipif(
+    bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+    reason="free-threaded build: PYTHONMALLOC=malloc is refused (mimalloc only)",
+)
 
 CHUNKS = 10
 PER_CHUNK = 100_000  # CHUNKS * PER_CHUNK = one million callbacks / timers

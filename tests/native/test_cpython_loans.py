@@ -6,6 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
+
+import pytest
+
+# A free-threaded build (3.14t): the layout loans are not read there and fall back without a
+# check or a warning (cpython_loans.rs), whatever the version.
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 SCRIPT = """
 import asyncio, warnings
@@ -36,7 +43,9 @@ print(ferroloop.run(main()))
 
 
 def run(env_value: str, *flags: str, script: str = SCRIPT) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, FERROLOOP_PORTABLE=env_value)
+    # PYTHON_GIL=1: a free-threaded build starts with its GIL on, so importing ferroloop (which
+    # declares that it uses the GIL) adds no RuntimeWarning of the interpreter's to the count.
+    env = dict(os.environ, FERROLOOP_PORTABLE=env_value, PYTHON_GIL="1")
     return subprocess.run(
         [sys.executable, *flags, "-c", script],
         env=env,
@@ -51,12 +60,13 @@ def test_an_unknown_python_imports_with_one_warning_and_the_portable_paths():
     result = run("unknown-python")
     assert result.returncode == 0, result.stderr
     count, kinds, failed, outcome = result.stdout.splitlines()
-    assert count == "1"
+    assert count == ("0" if FREE_THREADED else "1")
     assert kinds == "True False False"
     assert failed == "['context_layout', 'gc_header', 'handle_reuse', 'task_layout']"
     assert outcome == "(True, 'done')"
 
 
+@pytest.mark.skipif(FREE_THREADED, reason="no loan is checked on a free-threaded build: no warning")
 def test_the_warning_made_an_error_does_not_fail_the_import():
     result = run("unknown-python", "-W", "error::RuntimeWarning", script=PLAIN)
     assert result.returncode == 0, result.stderr

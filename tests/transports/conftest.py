@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
+import weakref
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -158,14 +159,23 @@ class TcpEndpoints:
         await self.accepted.lost
 
 
+# Upper bound for closing the servers of ``tcp_connect`` at teardown (milliseconds on loopback).
+TEARDOWN_TIMEOUT = 10.0
+
+
 @pytest.fixture
 def tcp_connect(loop) -> Callable[..., Coroutine[Any, Any, TcpEndpoints]]:
     """``await tcp_connect(server_cls, client_cls, server_ssl=None, **client_kwargs)``.
 
     Starts a server on 127.0.0.1, connects one client and waits until both sides have seen
-    connection_made. The server is closed at teardown (the transports are the test's to close).
+    connection_made. The server is closed at teardown. The transports are the test's to close;
+    a test that failed before closing them leaves them open, and from 3.12
+    ``Server.wait_closed()`` waits for every connection, so the teardown aborts what is still
+    open and bounds the wait: a failed test must not hang the run.
     """
     servers: list[asyncio.Server] = []
+    # The protocols of each connection, weakly: tests check that closed ones are collected.
+    made: list[weakref.ref[Any]] = []
 
     async def connect(
         server_cls: type, client_cls: type, *, server_ssl: Any = None, **client_kwargs: Any
@@ -185,14 +195,20 @@ def tcp_connect(loop) -> Callable[..., Coroutine[Any, Any, TcpEndpoints]]:
         )
         server_protocol = await accepted
         await server_protocol.made
+        made.extend(weakref.ref(protocol) for protocol in (client, server_protocol))
         return TcpEndpoints(server, client, server_protocol)
 
     yield connect
 
     async def close_servers() -> None:
-        for server in servers:
-            server.close()
-            await server.wait_closed()
+        for ref in made:
+            transport = getattr(ref(), "transport", None)
+            if transport is not None and not transport.is_closing():
+                transport.abort()
+        async with asyncio.timeout(TEARDOWN_TIMEOUT):
+            for server in servers:
+                server.close()
+                await server.wait_closed()
 
     if not loop.is_closed():
         loop.run_until_complete(close_servers())

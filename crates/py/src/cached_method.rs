@@ -50,7 +50,7 @@
 //! - A cached bound method refers back to its loop. `LoopCore` visits and clears them in its GC
 //!   hooks, and `close()` drops them, so a loop is never kept alive by them.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_ulong, c_void};
 use std::mem::offset_of;
 use std::ptr;
 
@@ -462,8 +462,7 @@ fn make_descr<'py>(
         let tp = descr.as_ptr().cast::<ffi::PyTypeObject>();
         (*tp).tp_vectorcall = Some(vectorcall);
         (*tp).tp_new = None;
-        (*tp).tp_flags |= ffi::Py_TPFLAGS_IMMUTABLETYPE;
-        (*tp).tp_flags &= !ffi::Py_TPFLAGS_BASETYPE;
+        change_flags(tp, ffi::Py_TPFLAGS_IMMUTABLETYPE, ffi::Py_TPFLAGS_BASETYPE);
         let doc = inner.getattr("__doc__")?;
         if ffi::PyDict_SetItemString((*tp).tp_dict, c"__doc__".as_ptr(), doc.as_ptr()) < 0 {
             return Err(PyErr::fetch(py));
@@ -476,4 +475,24 @@ fn make_descr<'py>(
         direct,
     };
     Ok((descr, registered, name))
+}
+
+/// Sets the flags `set` and clears the flags `clear` of the type `tp` (its `tp_flags` is an
+/// atomic on free-threaded builds).
+///
+/// # Safety
+/// `tp` is a live type that no other code uses yet.
+unsafe fn change_flags(tp: *mut ffi::PyTypeObject, set: c_ulong, clear: c_ulong) {
+    // SAFETY: the caller's contract: nothing else reads or writes the flags meanwhile.
+    #[cfg(not(Py_GIL_DISABLED))]
+    unsafe {
+        (*tp).tp_flags = ((*tp).tp_flags | set) & !clear;
+    }
+    // SAFETY: as above; the atomic is only accessed through its methods.
+    #[cfg(Py_GIL_DISABLED)]
+    unsafe {
+        let flags = &(*tp).tp_flags;
+        flags.fetch_or(set, std::sync::atomic::Ordering::Relaxed);
+        flags.fetch_and(!clear, std::sync::atomic::Ordering::Relaxed);
+    }
 }

@@ -9,6 +9,11 @@
 //!   second borrow fail with `RuntimeError` instead of aliasing the state.
 //! - Python objects removed from the state are returned out of the borrowed section and dropped
 //!   after it, because dropping one can run arbitrary Python code.
+//! - On a free-threaded CPython (`Py_GIL_DISABLED`, 3.14t) the module declares that it uses the
+//!   GIL (`lib.rs`), so the interpreter turns the GIL back on when it is imported and the
+//!   serialization above holds. Only a user who forces the GIL off (`PYTHON_GIL=0`) breaks it;
+//!   for that case the flag is taken with one compare-and-swap there, so that two threads can
+//!   never both hold the value: the second gets the `RuntimeError` instead of aliasing it.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
@@ -17,9 +22,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::{PyResult, Python};
 
-#[cfg(Py_GIL_DISABLED)]
-compile_error!("LoopCell relies on the GIL to serialize access");
-
 pub struct LoopCell<T> {
     borrowed: AtomicBool,
     value: UnsafeCell<T>,
@@ -27,8 +29,8 @@ pub struct LoopCell<T> {
 
 // SAFETY: the value is only reached through `borrow`/`try_borrow_for_gc`, which require the GIL
 // (a `Python` token, or running inside the garbage collector, which holds it). GIL holders are
-// serialized, the flag prevents overlapping borrows, and `T: Send` lets the value be used from
-// whichever thread holds the GIL.
+// serialized, the flag prevents overlapping borrows (atomically where the GIL may be off, see
+// the module invariants), and `T: Send` lets the value be used from whichever thread holds it.
 unsafe impl<T: Send> Sync for LoopCell<T> {}
 
 pub struct Guard<'a, T> {
@@ -61,12 +63,22 @@ impl<T> LoopCell<T> {
     /// Borrows for the garbage collector (which runs with the GIL held): `None` if the state is
     /// in use right now, in which case the caller skips it (skipping a visit only keeps objects
     /// alive, never frees them early).
+    #[cfg(not(Py_GIL_DISABLED))]
     pub fn try_borrow_for_gc(&self) -> Option<Guard<'_, T>> {
         if self.borrowed.load(Ordering::Acquire) {
             return None;
         }
         self.borrowed.store(true, Ordering::Release);
         Some(Guard { cell: self })
+    }
+
+    /// As above, with the flag taken atomically (a free-threaded build; module invariants).
+    #[cfg(Py_GIL_DISABLED)]
+    pub fn try_borrow_for_gc(&self) -> Option<Guard<'_, T>> {
+        self.borrowed
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Guard { cell: self })
     }
 }
 

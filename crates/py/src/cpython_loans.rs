@@ -65,6 +65,10 @@
 //! type check. `gil.rs` guards against a behaviour (threads ended with `pthread_exit` at
 //! finalization before 3.14) without relying on it.
 //!
+//! On a free-threaded build (3.14t) the layout loans (`task_layout`, `gc_header`,
+//! `context_layout`, `handle_reuse`) are not read nor checked: their fallbacks are used, without
+//! a warning, and `CPYTHON_LOANS` says `"fallback: free-threaded build"`.
+//!
 //! `FERROLOOP_PORTABLE=1` in the environment when the module is first imported forces every
 //! fallback (no warning then: it was asked for); `make test-portable` runs the suite so.
 //! `FERROLOOP_PORTABLE=unknown-python` makes the import behave as on a CPython newer than every
@@ -105,6 +109,19 @@ const fn verified(loan: Loan) -> Option<(u8, u8)> {
         }
         Loan::CurrentTasksDict => Some((11, 13)),
         Loan::PrivateFunctions | Loan::CachedCallSoon => None,
+    }
+}
+
+/// Whether the loan was read for free-threaded builds (`Py_GIL_DISABLED`, 3.14t) too. Their
+/// object header is larger, GC objects have no `PyGC_Head` before them (the collector finds
+/// them in mimalloc's heaps and keeps its bits in the header), and the C Task and `Context`
+/// layouts differ: the layout loans were read for the builds with the GIL only, and on a
+/// free-threaded one they are not even checked (a check reads memory that may not be what it
+/// expects there) but fall back.
+const fn read_for_free_threaded(loan: Loan) -> bool {
+    match loan {
+        Loan::TaskLayout | Loan::GcHeader | Loan::ContextLayout | Loan::HandleReuse => false,
+        Loan::CurrentTasksDict | Loan::PrivateFunctions | Loan::CachedCallSoon => true,
     }
 }
 
@@ -149,6 +166,9 @@ enum Outcome {
     Used,
     Forced,
     Superseded,
+    /// A layout loan on a free-threaded build: not checked, not used, and no warning (a known
+    /// configuration, documented in docs/usage.md, not a CPython ferroloop does not know).
+    FreeThreaded,
     Failed(String),
 }
 
@@ -196,6 +216,10 @@ pub(crate) fn take(py: Python<'_>, loan: Loan, check: impl FnOnce() -> Result<()
         record(loan, Outcome::Superseded);
         return false;
     }
+    if cfg!(Py_GIL_DISABLED) && !read_for_free_threaded(loan) {
+        record(loan, Outcome::FreeThreaded);
+        return false;
+    }
     if let Some((lo, hi)) = verified(loan) {
         if !(lo..=hi).contains(&m) {
             let why = format!("read on CPython 3.{lo} to 3.{hi} only");
@@ -227,6 +251,7 @@ pub(crate) fn as_dict(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
             Outcome::Used => "used".to_owned(),
             Outcome::Forced => "forced".to_owned(),
             Outcome::Superseded => "not needed".to_owned(),
+            Outcome::FreeThreaded => "fallback: free-threaded build".to_owned(),
             Outcome::Failed(why) => format!("fallback: {why}"),
         };
         dict.set_item(loan.name(), text)?;

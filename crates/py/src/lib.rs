@@ -1,11 +1,6 @@
 //! `ferroloop._native`: the extension module. Its whole surface is the export list below,
 //! mirrored by `python/ferroloop/_native.pyi` (checked by `mypy.stubtest`).
 
-#[cfg(Py_GIL_DISABLED)]
-compile_error!(
-    "ferroloop's loop state relies on the GIL; free-threaded builds are not supported yet"
-);
-
 mod cached_method;
 mod capi;
 mod cell;
@@ -30,7 +25,11 @@ mod transport;
 
 use pyo3::prelude::*;
 
-#[pymodule]
+// `gil_used = true`: the loop's state is serialized by the GIL (`cell.rs`) and the pools and
+// caches assume it, so a free-threaded CPython (3.14t) turns its GIL back on when this module
+// is imported (with a `RuntimeWarning` of its own). Declaring otherwise needs every path other
+// threads take to be correct without it first (issue 28).
+#[pymodule(gil_used = true)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The CPython loans (`cpython_loans.rs`) are decided first, each once.
     private_fn::install(m.py());

@@ -126,10 +126,15 @@ pub fn take_layout(py: Python<'_>) -> bool {
 fn check_layout(py: Python<'_>) -> Result<(), String> {
     let ty = task_type(py).map_err(|e| format!("no _asyncio.Task: {e}"))?;
     let tp = ty.as_type_ptr();
-    // SAFETY: `tp` is a live type object (held by `TASK_TYPE`); its size fields and flags are
-    // plain reads with the GIL held.
-    let (basicsize, itemsize, flags) =
-        unsafe { ((*tp).tp_basicsize, (*tp).tp_itemsize, (*tp).tp_flags) };
+    // SAFETY: `tp` is a live type object (held by `TASK_TYPE`); its size fields are plain reads
+    // with the GIL held, its flags read through the C API (an atomic on free-threaded builds).
+    let (basicsize, itemsize, flags) = unsafe {
+        (
+            (*tp).tp_basicsize,
+            (*tp).tp_itemsize,
+            ffi::PyType_GetFlags(tp),
+        )
+    };
     let basetype = flags & ffi::Py_TPFLAGS_BASETYPE != 0;
     // SAFETY: as above.
     let dictoffset = unsafe { (*tp).tp_dictoffset };
@@ -159,7 +164,7 @@ fn check_layout(py: Python<'_>) -> Result<(), String> {
 /// does not (3.11).
 pub fn base_releases_type(py: Python<'_>) -> bool {
     // SAFETY: a live type object's flags, read with the GIL held.
-    unsafe { (*task_type_ptr(py)).tp_flags & ffi::Py_TPFLAGS_HEAPTYPE != 0 }
+    unsafe { ffi::PyType_GetFlags(task_type_ptr(py)) & ffi::Py_TPFLAGS_HEAPTYPE != 0 }
 }
 
 #[cfg(Py_3_13)]

@@ -47,7 +47,7 @@ use super::read::with_read_buf;
 use super::read::MAX_READ;
 use super::shared::{get_object, OwnObjects, SharedState};
 use super::sockaddr::{HostCache, SockAddr};
-use super::write::{warn_write_after_lost, Data, LOG_THRESHOLD_FOR_CONNLOST_WRITES};
+use super::write::{warn_write_after_lost, Caller, Data, LOG_THRESHOLD_FOR_CONNLOST_WRITES};
 use super::Attached;
 use crate::cell::LoopCell;
 use crate::event_loop::LoopCore;
@@ -372,7 +372,7 @@ impl DatagramCore {
     ) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let data = Data::new(obj)?;
+        let data = Data::new(obj, Caller::Sendto)?;
         let empty = match &data {
             Data::Unexported { empty, .. } => *empty,
             d => d.as_slice().is_empty(),

@@ -67,8 +67,16 @@ pub(super) enum Data<'a, 'py> {
     },
 }
 
+/// Whose rejection of another type `Data::new` words: asyncio 3.14 reworded the stream
+/// transports' (`_SelectorSocketTransport.write`), not the datagram transports' `sendto`.
+#[derive(Clone, Copy)]
+pub(super) enum Caller {
+    StreamWrite,
+    Sendto,
+}
+
 impl<'a, 'py> Data<'a, 'py> {
-    pub(super) fn new(data: &'a Bound<'py, PyAny>) -> PyResult<Self> {
+    pub(super) fn new(data: &'a Bound<'py, PyAny>, caller: Caller) -> PyResult<Self> {
         if let Ok(b) = data.cast::<PyBytes>() {
             Ok(Self::Bytes(b))
         } else if let Ok(b) = data.cast::<PyByteArray>() {
@@ -82,8 +90,14 @@ impl<'a, 'py> Data<'a, 'py> {
                 }),
             }
         } else {
+            let expected = match caller {
+                Caller::StreamWrite if data.py().version_info() >= (3, 14) => {
+                    "a bytes, bytearray, or memoryview object"
+                }
+                Caller::StreamWrite | Caller::Sendto => "a bytes-like object",
+            };
             Err(PyTypeError::new_err(format!(
-                "data argument must be a bytes-like object, not '{}'",
+                "data argument must be {expected}, not '{}'",
                 data.get_type().name()?
             )))
         }
@@ -172,7 +186,7 @@ impl StreamCore {
         let py = slf.py();
         let this = slf.get();
         let kind = this.kind;
-        let data = match Data::new(data) {
+        let data = match Data::new(data, Caller::StreamWrite) {
             Ok(data) => data,
             // asyncio's pipe asserts the type: `assert isinstance(data, (bytes, ...)), repr(data)`.
             Err(_) if kind.is_pipe() => {
