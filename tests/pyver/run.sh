@@ -103,7 +103,7 @@ if [ ! -x "$VENV/bin/python" ]; then
         starlette aiohttp websockets anyio trustme gunicorn flask django
 fi
 # Test dependencies added after a venv was made.
-for module in gunicorn flask django prometheus_client; do
+for module in gunicorn flask django prometheus_client h2; do
     "$VENV/bin/python" -c "import $module" 2>/dev/null || "$VENV/bin/pip" install -q "$module"
 done
 phase "building ferroloop for $("$VENV/bin/python" --version)"
