@@ -70,6 +70,7 @@ class Loop(LoopCore, SocketOps, SignalOps, TransportOps, base_events.BaseEventLo
         "_transports",
         "_unix_server_sockets",
         "_wakeup_restore",
+        "_watcher",  # 3.14+: the loop's own child watcher (_transports.py)
         "slow_callback_duration",
     )
 
