@@ -27,6 +27,16 @@ use super::scope;
 use super::HttpServer;
 use crate::event_loop::LoopCore;
 
+/// An ASGI message's `type`, with the same errors for every protocol (HTTP/1.1, HTTP/2).
+pub(super) fn message_type<'py>(message: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyString>> {
+    let py = message.py();
+    let typ = message
+        .get_item(intern!(py, "type"))?
+        .ok_or_else(|| PyTypeError::new_err("ASGI message without a 'type'"))?;
+    typ.cast_into::<PyString>()
+        .map_err(|_| PyTypeError::new_err("ASGI message 'type' must be a str"))
+}
+
 impl Conn {
     /// `send(message)` of request `seq`.
     pub(super) fn send(
@@ -36,12 +46,7 @@ impl Conn {
     ) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let this = slf.get();
-        let typ = message
-            .get_item(intern!(py, "type"))?
-            .ok_or_else(|| PyTypeError::new_err("ASGI message without a 'type'"))?;
-        let typ = typ
-            .cast::<PyString>()
-            .map_err(|_| PyTypeError::new_err("ASGI message 'type' must be a str"))?;
+        let typ = message_type(message)?;
         let typ = typ.to_str()?;
         if this.state.borrow(py)?.ws_seq == seq {
             return Self::ws_send(slf, seq, typ, message);

@@ -3,10 +3,10 @@
 //! connection's borrow and applies them after it (`H2Conn::apply`), then asks for a drive.
 
 use bytes::Bytes;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::types::{PyBytes, PyDict};
 
 use super::stream::Sent;
 use super::{borrow_fields, Fx, H2Conn, H2Cycle};
@@ -101,10 +101,9 @@ impl H2Conn {
     ) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let this = slf.get();
-        let typ = message
-            .get_item(intern!(py, "type"))?
-            .ok_or_else(|| PyTypeError::new_err("ASGI message without 'type'"))?;
-        let typ = typ.cast::<PyString>()?.to_str()?.to_owned();
+        let typ = crate::server::respond::message_type(message)?
+            .to_str()?
+            .to_owned();
         let mut fx = Fx::default();
         let sent = {
             let mut st = this.state.borrow(py)?;
